@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# Installs every real server the tests need, idempotently, into a cache outside the repository:
+#
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/rust-cloud-provider/
+#     kube-apiserver-v1.20.2/kube-apiserver   built from Debian's `kubernetes` source package
+#     moto-5.2.5/venv/                        moto[server] from PyPI in a venv
+#     vcsim-0.24.2/{vcsim,govc}               built from Debian's govmomi sources
+#     cargo-deny-0.20.2/bin/cargo-deny        cargo install --locked
+#     bin/                                    symlinks to all of the above + etcd + kubectl
+#
+# Each step prints a progress line, skips itself when its result is already cached (keyed by
+# version), and on failure says which step failed and where its log is.
+#
+# Environment:
+#   RCP_CACHE_DIR   override the cache directory
+#   RCP_SKIP        space-separated steps to skip (apt kube-apiserver moto vcsim cargo-deny)
+set -euo pipefail
+
+PROJECT=rust-cloud-provider
+CACHE="${RCP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/$PROJECT}"
+BIN="$CACHE/bin"
+LOGS="$CACHE/logs"
+KUBE_VERSION=v1.20.2
+MOTO_VERSION=5.2.5
+BOTO3_VERSION=1.44.5
+GOVMOMI_VERSION=0.24.2
+GOVMOMI_DEB_VERSION=0.24.2-3
+CARGO_DENY_VERSION=0.20.2
+mkdir -p "$BIN" "$LOGS"
+
+START=$(date +%s)
+step() { printf '[install-test-deps] %-16s %s\n' "$1" "$2"; }
+skipped() { [[ " ${RCP_SKIP:-} " == *" $1 "* ]]; }
+# run_logged STEP LOGFILE CMD...: runs a command with its output in a log; on failure prints
+# the step, the exit code and the log's tail, then exits.
+run_logged() {
+  local name=$1 log=$2; shift 2
+  local rc=0
+  "$@" >>"$log" 2>&1 || rc=$?
+  if ((rc != 0)); then
+    step "$name" "FAILED (exit $rc) running: $*"
+    step "$name" "last lines of $log:"
+    tail -n 25 "$log" | sed 's/^/    /'
+    exit 1
+  fi
+}
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+
+# A private apt configuration with a deb-src entry for the system's own Debian mirror; the
+# system's sources are not changed.
+APT_DIR="$CACHE/apt"
+apt_src_opts() {
+  echo "-oDir::Etc::SourceList=/dev/null -oDir::Etc::SourceParts=$APT_DIR/sources -oDir::State::Lists=$APT_DIR/lists -oDir::Cache=$APT_DIR/cache"
+}
+prepare_apt_src() {
+  [[ -f "$APT_DIR/.updated" ]] && return 0
+  mkdir -p "$APT_DIR/sources" "$APT_DIR/lists/partial" "$APT_DIR/cache/archives/partial"
+  local uri
+  uri=$(grep -h -m1 -E '^URIs:' /etc/apt/sources.list.d/debian.sources 2>/dev/null | awk '{print $2}' || true)
+  if [[ -z "$uri" ]]; then
+    uri=$(grep -h -m1 -E '^deb .*debian' /etc/apt/sources.list 2>/dev/null | awk '{print $2}' || true)
+  fi
+  if [[ -z "$uri" ]]; then
+    step apt-src "FAILED: cannot find the Debian mirror URI in /etc/apt/sources.list(.d)"
+    exit 1
+  fi
+  cat >"$APT_DIR/sources/src.sources" <<EOF
+Types: deb-src
+URIs: $uri
+Suites: bookworm
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+  # shellcheck disable=SC2046
+  run_logged apt-src "$LOGS/apt-src.log" apt-get $(apt_src_opts) update
+  touch "$APT_DIR/.updated"
+}
+
+# ---------------------------------------------------------------------------------------------
+# 1. Debian packages: etcd, Go, rsync, govmomi libraries; kubectl only when none is installed.
+if ! skipped apt; then
+  pkgs=()
+  command -v etcd >/dev/null || pkgs+=(etcd-server)
+  command -v go >/dev/null || pkgs+=(golang-go)
+  command -v rsync >/dev/null || pkgs+=(rsync)
+  command -v xz >/dev/null || pkgs+=(xz-utils)
+  command -v openssl >/dev/null || pkgs+=(openssl)
+  [[ -d /usr/share/gocode/src/github.com/vmware/govmomi ]] || pkgs+=(golang-github-vmware-govmomi-dev)
+  [[ -d /usr/share/gocode/src/github.com/kr/pretty ]] || pkgs+=(golang-github-kr-pretty-dev)
+  command -v kubectl >/dev/null || pkgs+=(kubernetes-client)
+  python3 -c 'import venv, ensurepip' 2>/dev/null || pkgs+=(python3-venv)
+  if ((${#pkgs[@]})); then
+    step apt "installing ${pkgs[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! $SUDO apt-get install -y --no-install-recommends "${pkgs[@]}" >>"$LOGS/apt.log" 2>&1; then
+      run_logged apt "$LOGS/apt.log" $SUDO apt-get update
+      run_logged apt "$LOGS/apt.log" $SUDO apt-get install -y --no-install-recommends "${pkgs[@]}"
+    fi
+  else
+    step apt "cached (etcd, go, rsync, govmomi sources, kubectl present)"
+  fi
+fi
+ETCD=$(command -v etcd || echo /usr/bin/etcd)
+ln -sfn "$ETCD" "$BIN/etcd"
+ln -sfn "$(command -v kubectl)" "$BIN/kubectl"
+
+# ---------------------------------------------------------------------------------------------
+# 2. kube-apiserver v1.20.2 from Debian's kubernetes source package.
+KA_DIR="$CACHE/kube-apiserver-$KUBE_VERSION"
+if ! skipped kube-apiserver; then
+  if [[ -x "$KA_DIR/kube-apiserver" ]] && "$KA_DIR/kube-apiserver" --version 2>/dev/null | grep -q "$KUBE_VERSION"; then
+    step kube-apiserver "cached: $("$KA_DIR/kube-apiserver" --version)"
+  else
+    step kube-apiserver "building $KUBE_VERSION from Debian's kubernetes source package (~8 min)"
+    prepare_apt_src
+    W="$CACHE/build/kubernetes"
+    mkdir -p "$W" "$KA_DIR"
+    if ! ls "$W"/kubernetes_*.orig.tar.gz >/dev/null 2>&1; then
+      # shellcheck disable=SC2046
+      (cd "$W" && run_logged kube-apiserver "$LOGS/kube-apiserver.log" apt-get $(apt_src_opts) source --download-only kubernetes)
+    fi
+    if [[ ! -d "$W/kubernetes-1.20.2" ]]; then
+      run_logged kube-apiserver "$LOGS/kube-apiserver.log" tar xzf "$(ls "$W"/kubernetes_*.orig.tar.gz | head -1)" -C "$W"
+    fi
+    src=$(ls -d "$W"/kubernetes-1.20*/ | head -1)
+    # A half-failed earlier build leaves an empty binary behind that make would consider done.
+    find "$src/_output" -type f -name kube-apiserver -size 0 -delete 2>/dev/null || true
+    mkdir -p "$src/.go/src/k8s.io"
+    ln -sfn ../../.. "$src/.go/src/k8s.io/kubernetes"
+    (cd "$src" && GOPATH="$src/.go" GOFLAGS=-mod=vendor CGO_ENABLED=0 GOTOOLCHAIN=local \
+      KUBE_GIT_VERSION=$KUBE_VERSION KUBE_GIT_TREE_STATE=clean \
+      run_logged kube-apiserver "$LOGS/kube-apiserver.log" make WHAT=cmd/kube-apiserver)
+    built=$(find "$src/_output" -type f -name kube-apiserver -size +1M | head -1)
+    if [[ -z "$built" ]]; then
+      step kube-apiserver "FAILED: build finished but no kube-apiserver binary in $src/_output (log: $LOGS/kube-apiserver.log)"
+      exit 1
+    fi
+    cp "$built" "$KA_DIR/kube-apiserver.tmp" && mv "$KA_DIR/kube-apiserver.tmp" "$KA_DIR/kube-apiserver"
+    rm -rf "$W/kubernetes-1.20"*   # the unpacked tree (~1 GB with build output); the tarball stays
+    step kube-apiserver "built: $("$KA_DIR/kube-apiserver" --version)"
+  fi
+  ln -sfn "$KA_DIR/kube-apiserver" "$BIN/kube-apiserver"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# 3. moto server (PyPI) in a venv.
+MOTO_DIR="$CACHE/moto-$MOTO_VERSION"
+if ! skipped moto; then
+  if [[ -x "$MOTO_DIR/venv/bin/moto_server" ]] && [[ -f "$MOTO_DIR/.done" ]]; then
+    step moto "cached: moto $MOTO_VERSION"
+  else
+    step moto "installing moto[server]==$MOTO_VERSION boto3==$BOTO3_VERSION into a venv"
+    rm -rf "$MOTO_DIR"
+    mkdir -p "$MOTO_DIR"
+    run_logged moto "$LOGS/moto.log" python3 -m venv "$MOTO_DIR/venv"
+    run_logged moto "$LOGS/moto.log" "$MOTO_DIR/venv/bin/pip" install --disable-pip-version-check \
+      "moto[server]==$MOTO_VERSION" "boto3==$BOTO3_VERSION"
+    touch "$MOTO_DIR/.done"
+    step moto "installed moto $MOTO_VERSION"
+  fi
+  ln -sfn "$MOTO_DIR/venv/bin/moto_server" "$BIN/moto_server"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# 4. vcsim (and govc) from Debian's govmomi source package.
+VC_DIR="$CACHE/vcsim-$GOVMOMI_VERSION"
+if ! skipped vcsim; then
+  if [[ -x "$VC_DIR/vcsim" && -x "$VC_DIR/govc" ]]; then
+    step vcsim "cached: vcsim $GOVMOMI_VERSION"
+  else
+    step vcsim "building vcsim + govc $GOVMOMI_VERSION from Debian's govmomi sources"
+    prepare_apt_src
+    W="$CACHE/build/govmomi"
+    rm -rf "$W/gopath" "$W/orig"
+    mkdir -p "$W/orig" "$VC_DIR"
+    if ! ls "$W"/golang-github-vmware-govmomi_*.orig.tar.* >/dev/null 2>&1; then
+      # shellcheck disable=SC2046
+      (cd "$W" && run_logged vcsim "$LOGS/vcsim.log" apt-get $(apt_src_opts) source --download-only \
+        "golang-github-vmware-govmomi=$GOVMOMI_DEB_VERSION")
+    fi
+    run_logged vcsim "$LOGS/vcsim.log" tar -C "$W/orig" -xf "$(ls "$W"/golang-github-vmware-govmomi_*.orig.tar.* | head -1)"
+    G="$W/gopath/src/github.com/vmware/govmomi"
+    mkdir -p "$G"
+    # Overlay: the packaged library dirs as symlinks plus the two program dirs copied in (a bare
+    # directory would shadow the root package).
+    for e in /usr/share/gocode/src/github.com/vmware/govmomi/*; do ln -s "$e" "$G/"; done
+    cp -r "$W/orig/govmomi-$GOVMOMI_VERSION/vcsim" "$W/orig/govmomi-$GOVMOMI_VERSION/govc" "$G/"
+    for prog in vcsim govc; do
+      (cd "$G" && GOPATH="$W/gopath:/usr/share/gocode" GO111MODULE=off CGO_ENABLED=0 GOTOOLCHAIN=local \
+        run_logged vcsim "$LOGS/vcsim.log" go build -trimpath -ldflags '-s -w' -o "$VC_DIR/$prog.tmp" "./$prog")
+      mv "$VC_DIR/$prog.tmp" "$VC_DIR/$prog"
+    done
+    rm -rf "$W/gopath" "$W/orig"
+    step vcsim "built vcsim + govc $GOVMOMI_VERSION"
+  fi
+  ln -sfn "$VC_DIR/vcsim" "$BIN/vcsim"
+  ln -sfn "$VC_DIR/govc" "$BIN/govc"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# 5. cargo-deny, pinned.
+CD_DIR="$CACHE/cargo-deny-$CARGO_DENY_VERSION"
+if ! skipped cargo-deny; then
+  if [[ -x "$CD_DIR/bin/cargo-deny" ]] && "$CD_DIR/bin/cargo-deny" --version 2>/dev/null | grep -q "$CARGO_DENY_VERSION"; then
+    step cargo-deny "cached: $("$CD_DIR/bin/cargo-deny" --version)"
+  else
+    step cargo-deny "cargo install --locked cargo-deny $CARGO_DENY_VERSION (~5 min)"
+    run_logged cargo-deny "$LOGS/cargo-deny.log" cargo install --locked --root "$CD_DIR" \
+      --target-dir "$CACHE/build/cargo-deny-target" cargo-deny --version "$CARGO_DENY_VERSION"
+    rm -rf "$CACHE/build/cargo-deny-target"
+    step cargo-deny "installed: $("$CD_DIR/bin/cargo-deny" --version)"
+  fi
+  ln -sfn "$CD_DIR/bin/cargo-deny" "$BIN/cargo-deny"
+fi
+
+step done "in $(($(date +%s) - START)) s; binaries in $BIN:"
+for b in etcd kube-apiserver kubectl moto_server vcsim govc cargo-deny; do
+  [[ -e "$BIN/$b" ]] && printf '    %-15s -> %s\n' "$b" "$(readlink -f "$BIN/$b")"
+done

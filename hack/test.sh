@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The project's test command (README): installs the real test servers (cached), then runs the
+# formatting, lint, boundary and dependency checks, the documentation build and every test.
+#
+#   hack/test.sh            everything
+#   hack/test.sh -- ARGS    extra arguments for `cargo nextest run` (e.g. a test filter)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+CACHE="${RCP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rust-cloud-provider}"
+NEXTEST_ARGS=()
+if [[ "${1:-}" == "--" ]]; then shift; NEXTEST_ARGS=("$@"); fi
+
+START=$(date +%s)
+t0=$START
+phase() {
+  local now; now=$(date +%s)
+  printf '[test.sh] %-34s (previous step %3d s, total %4d s)\n' "$1" $((now - t0)) $((now - START))
+  t0=$now
+}
+
+phase "install test servers"
+hack/install-test-deps.sh
+export PATH="$CACHE/bin:$PATH"
+
+phase "cargo fmt --check"
+cargo fmt --all --check
+
+phase "cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+phase "verify boundaries"
+hack/verify-boundaries
+
+phase "verify dependencies (cargo-deny)"
+hack/verify-deps.sh
+
+phase "verify publishing of staged crates"
+hack/verify-publish.sh
+
+phase "cargo doc (staged crates, -D warnings)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked --quiet \
+  -p k8s-cloud-provider -p k8s-controller-manager -p k8s-legacy-cloud-provider-aws \
+  -p k8s-legacy-cloud-provider-vsphere -p vsphere-api
+
+phase "cargo nextest run --workspace"
+cargo nextest run --workspace --locked --profile ci "${NEXTEST_ARGS[@]}"
+
+phase "done"
+echo "[test.sh] all checks passed in $(( $(date +%s) - START )) s ($ROOT)"

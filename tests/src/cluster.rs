@@ -1,0 +1,317 @@
+//! `TestCluster`: a real etcd + kube-apiserver v1.20.2 on 127.0.0.1.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::{
+    authentication::v1::{TokenRequest, TokenRequestSpec},
+    core::v1::{Namespace, ServiceAccount},
+};
+use kube::{
+    Api, Client,
+    api::{ObjectMeta, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use nix::sys::signal::Signal;
+use tempfile::TempDir;
+
+use crate::{
+    paths,
+    process::{ManagedProcess, free_port},
+};
+
+/// A throw-away Kubernetes control plane: etcd and kube-apiserver on random free ports of
+/// 127.0.0.1, with RBAC on, a static admin token, and service-account token signing (so
+/// `TokenRequest` works). Both processes are killed when the handle drops.
+pub struct TestCluster {
+    // Field order is drop order: the API server goes before etcd.
+    apiserver: ManagedProcess,
+    etcd: ManagedProcess,
+    server: String,
+    admin_token: String,
+    kubeconfig: PathBuf,
+    dir: TempDir,
+    _etcd_tmpfs: Option<TempDir>,
+}
+
+impl std::fmt::Debug for TestCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestCluster").field("server", &self.server).finish_non_exhaustive()
+    }
+}
+
+impl TestCluster {
+    /// Starts etcd and kube-apiserver and waits until `/readyz` answers `ok`.
+    pub async fn start() -> Result<Self> {
+        crate::init();
+        let etcd_bin = paths::test_bin("etcd")?;
+        let apiserver_bin = paths::test_bin("kube-apiserver")?;
+        let dir = tempfile::Builder::new().prefix("rcp-cluster-").tempdir()?;
+        let d = dir.path();
+
+        // etcd 3.4 cannot skip fsync; keep its data on tmpfs when there is one.
+        let etcd_tmpfs = if Path::new("/dev/shm").is_dir() {
+            Some(tempfile::Builder::new().prefix("rcp-etcd-").tempdir_in("/dev/shm")?)
+        } else {
+            None
+        };
+        let etcd_data = etcd_tmpfs.as_ref().map(|t| t.path().to_path_buf()).unwrap_or_else(|| d.join("etcd"));
+        let (client_port, peer_port) = (free_port(), free_port());
+        let client_url = format!("http://127.0.0.1:{client_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let etcd = ManagedProcess::spawn(
+            "etcd",
+            &etcd_bin,
+            &[
+                format!("--data-dir={}", etcd_data.display()),
+                format!("--listen-client-urls={client_url}"),
+                format!("--advertise-client-urls={client_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=default={peer_url}"),
+                "--log-level=warn".into(),
+            ],
+            &[],
+            &d.join("etcd.log"),
+            Signal::SIGKILL,
+        )?;
+
+        let sa_key = d.join("sa.key");
+        let sa_pub = d.join("sa.pub");
+        run_quiet(Command::new("openssl").args(["genrsa", "-out"]).arg(&sa_key).arg("2048"))?;
+        run_quiet(
+            Command::new("openssl")
+                .args(["rsa", "-in"])
+                .arg(&sa_key)
+                .args(["-pubout", "-out"])
+                .arg(&sa_pub),
+        )?;
+        let admin_token = random_token();
+        std::fs::write(
+            d.join("tokens.csv"),
+            format!("{admin_token},admin,admin,\"system:masters\"\n"),
+        )?;
+
+        let secure_port = free_port();
+        let apiserver = ManagedProcess::spawn(
+            "kube-apiserver",
+            &apiserver_bin,
+            &[
+                format!("--etcd-servers={client_url}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={secure_port}"),
+                "--insecure-port=0".into(),
+                format!("--cert-dir={}", d.join("certs").display()),
+                format!("--token-auth-file={}", d.join("tokens.csv").display()),
+                format!("--service-account-key-file={}", sa_pub.display()),
+                format!("--service-account-signing-key-file={}", sa_key.display()),
+                "--service-account-issuer=https://kubernetes.default.svc".into(),
+                "--api-audiences=https://kubernetes.default.svc".into(),
+                "--authorization-mode=RBAC".into(),
+                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                "--enable-priority-and-fairness=false".into(),
+                "--max-requests-inflight=2000".into(),
+                "--max-mutating-requests-inflight=1000".into(),
+                "--v=1".into(),
+            ],
+            &[],
+            &d.join("kube-apiserver.log"),
+            Signal::SIGKILL,
+        )?;
+
+        let server = format!("https://127.0.0.1:{secure_port}");
+        let kubeconfig = d.join("admin.kubeconfig");
+        std::fs::write(&kubeconfig, kubeconfig_yaml(&server, "admin", &admin_token, None))?;
+        let mut cluster =
+            Self { apiserver, etcd, server, admin_token, kubeconfig, dir, _etcd_tmpfs: etcd_tmpfs };
+        cluster.wait_ready(Duration::from_secs(60)).await?;
+        Ok(cluster)
+    }
+
+    async fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
+        let http = reqwest::Client::builder()
+            .tls_danger_accept_invalid_certs(true)
+            .timeout(Duration::from_secs(2))
+            .build()?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.etcd.check_running()?;
+            self.apiserver.check_running()?;
+            let answer = http
+                .get(format!("{}/readyz", self.server))
+                .bearer_auth(&self.admin_token)
+                .send()
+                .await;
+            if let Ok(resp) = answer
+                && resp.status().is_success()
+                && resp.text().await.unwrap_or_default() == "ok"
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "kube-apiserver not ready within {timeout:?}; log tail:\n{}",
+                    crate::process::tail(self.apiserver.log_path(), 40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The API server URL (`https://127.0.0.1:<port>`).
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The admin bearer token (group `system:masters`).
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+
+    /// A kubeconfig file for the admin, usable by kubectl and by our binaries.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The temporary directory holding the cluster's files and logs.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The kube-apiserver log so far.
+    pub fn apiserver_log(&self) -> String {
+        self.apiserver.log()
+    }
+
+    /// An admin client.
+    pub async fn client(&self) -> Result<Client> {
+        client_from_kubeconfig(&self.kubeconfig).await
+    }
+
+    /// Writes a kubeconfig that acts as `user` (in `groups`) by impersonation through the admin
+    /// token, so RBAC decisions are made for that user. Returns its path.
+    pub fn kubeconfig_for_user(&self, user: &str, groups: &[&str]) -> Result<PathBuf> {
+        let path = self.dir.path().join(format!("user-{user}.kubeconfig"));
+        let yaml = kubeconfig_yaml(&self.server, user, &self.admin_token, Some((user, groups)));
+        std::fs::write(&path, yaml)?;
+        Ok(path)
+    }
+
+    /// Creates (if needed) the service account `namespace/name`, mints a token for it with the
+    /// TokenRequest API and writes a kubeconfig using that token. Returns its path.
+    pub async fn kubeconfig_for_service_account(&self, namespace: &str, name: &str) -> Result<PathBuf> {
+        let client = self.client().await?;
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        if namespaces.get_opt(namespace).await?.is_none() {
+            let ns = Namespace {
+                metadata: ObjectMeta { name: Some(namespace.into()), ..Default::default() },
+                ..Default::default()
+            };
+            namespaces.create(&PostParams::default(), &ns).await?;
+        }
+        let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+        if sas.get_opt(name).await?.is_none() {
+            let sa = ServiceAccount {
+                metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+                ..Default::default()
+            };
+            sas.create(&PostParams::default(), &sa).await?;
+        }
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: vec!["https://kubernetes.default.svc".into()],
+                expiration_seconds: Some(3600),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer: TokenRequest = sas
+            .create_subresource("token", name, &PostParams::default(), &request)
+            .await
+            .with_context(|| format!("TokenRequest for service account {namespace}/{name}"))?;
+        let token = answer.status.context("TokenRequest answered without status")?.token;
+        let user = format!("system:serviceaccount:{namespace}:{name}");
+        let path = self.dir.path().join(format!("sa-{namespace}-{name}.kubeconfig"));
+        std::fs::write(&path, kubeconfig_yaml(&self.server, &user, &token, None))?;
+        Ok(path)
+    }
+
+    /// Runs the machine's kubectl against this cluster as admin and returns its stdout.
+    pub fn kubectl(&self, args: &[&str]) -> Result<String> {
+        kubectl(&self.kubeconfig, args, None)
+    }
+
+    /// Runs kubectl with `stdin` piped in (e.g. `apply -f -`).
+    pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> Result<String> {
+        kubectl(&self.kubeconfig, args, Some(stdin))
+    }
+}
+
+/// Builds a kube client from a kubeconfig file.
+pub async fn client_from_kubeconfig(path: &Path) -> Result<Client> {
+    crate::init();
+    let kubeconfig = Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Result<String> {
+    use std::io::Write;
+    let mut cmd = Command::new(paths::test_bin("kubectl")?);
+    cmd.arg("--kubeconfig").arg(kubeconfig).args(args);
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    if stdin.is_some() {
+        cmd.stdin(std::process::Stdio::piped());
+    }
+    let mut child = cmd.spawn().context("starting kubectl")?;
+    if let Some(input) = stdin {
+        child.stdin.take().context("kubectl stdin")?.write_all(input.as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "kubectl {} failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+fn kubeconfig_yaml(server: &str, user: &str, token: &str, impersonate: Option<(&str, &[&str])>) -> String {
+    let mut auth = format!("    token: {token}\n");
+    if let Some((as_user, groups)) = impersonate {
+        auth.push_str(&format!("    as: {as_user}\n"));
+        if !groups.is_empty() {
+            auth.push_str("    as-groups:\n");
+            for g in groups {
+                auth.push_str(&format!("    - {g}\n"));
+            }
+        }
+    }
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {server}\n    \
+         insecure-skip-tls-verify: true\nusers:\n- name: {user}\n  user:\n{auth}contexts:\n- name: test\n  \
+         context:\n    cluster: test\n    user: {user}\ncurrent-context: test\n"
+    )
+}
+
+fn random_token() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..32).map(|_| format!("{:x}", rng.random_range(0..16u8))).collect()
+}
+
+fn run_quiet(cmd: &mut Command) -> Result<()> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}

@@ -1,0 +1,35 @@
+//! The end-to-end test harness: real servers on 127.0.0.1, started per test and stopped when
+//! their handles drop (also when a test panics; their logs are printed then).
+//!
+//! - [`TestCluster`]: etcd + kube-apiserver v1.20.2 (RBAC on), an admin kubeconfig, kubeconfigs
+//!   for other users (impersonation) and service accounts (TokenRequest).
+//! - [`Moto`]: moto's AWS emulator, with [`moto::World`] to build a cluster-tagged VPC.
+//! - [`Vcsim`]: govmomi's vCenter simulator.
+//!
+//! The servers are installed by `hack/install-test-deps.sh`; see [`paths`].
+
+pub mod cluster;
+pub mod moto;
+pub mod paths;
+pub mod process;
+pub mod vcsim;
+
+pub use cluster::TestCluster;
+pub use moto::Moto;
+pub use vcsim::Vcsim;
+
+/// One-time process set-up for tests: the rustls crypto provider (aws-lc-rs, the one every TLS
+/// user in this workspace is built with) and a tracing subscriber writing to the test output.
+pub fn init() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            )
+            .with_test_writer()
+            .try_init();
+    });
+}

@@ -1,0 +1,362 @@
+//! `Moto`: moto's AWS emulator (EC2, ELB, ELBv2) on a random port of 127.0.0.1, and `World`, a
+//! cluster-shaped VPC built in it with the real AWS SDK.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use aws_sdk_ec2::{
+    Client as Ec2,
+    config::{BehaviorVersion, Credentials, Region},
+    types::{Filter, InstanceType, ResourceType, Tag, TagSpecification},
+};
+use nix::sys::signal::Signal;
+use tempfile::TempDir;
+
+use crate::{
+    paths,
+    process::{ManagedProcess, free_port},
+};
+
+/// The region every test world lives in.
+pub const REGION: &str = "us-east-1";
+/// The two availability zones a [`World`] spreads its subnets and instances over.
+pub const ZONES: [&str; 2] = ["us-east-1a", "us-east-1b"];
+
+/// A running moto server. Any credentials are accepted; requests are routed by their SigV4
+/// credential scope.
+pub struct Moto {
+    process: ManagedProcess,
+    endpoint: String,
+    _dir: TempDir,
+}
+
+impl std::fmt::Debug for Moto {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Moto").field("endpoint", &self.endpoint).finish_non_exhaustive()
+    }
+}
+
+impl Moto {
+    /// Starts moto and waits until it answers.
+    pub async fn start() -> Result<Self> {
+        crate::init();
+        let bin = paths::test_bin("moto_server")?;
+        let dir = tempfile::Builder::new().prefix("rcp-moto-").tempdir()?;
+        let port = free_port();
+        let process = ManagedProcess::spawn(
+            "moto",
+            &bin,
+            &["-H".into(), "127.0.0.1".into(), "-p".into(), port.to_string()],
+            &[],
+            &dir.path().join("moto.log"),
+            Signal::SIGTERM,
+        )?;
+        let mut moto = Self { process, endpoint: format!("http://127.0.0.1:{port}"), _dir: dir };
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build()?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            moto.process.check_running()?;
+            if let Ok(r) = http.get(format!("{}/moto-api/", moto.endpoint)).send().await
+                && r.status().is_success()
+            {
+                return Ok(moto);
+            }
+            if Instant::now() > deadline {
+                bail!("moto did not answer within 30 s:\n{}", moto.process.log());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The endpoint URL (`http://127.0.0.1:<port>`).
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The moto log so far (one line per request).
+    pub fn log(&self) -> String {
+        self.process.log()
+    }
+
+    /// Number of HTTP requests moto has answered so far (from its request log).
+    pub fn request_count(&self) -> usize {
+        self.log().lines().filter(|l| l.contains("\" 200 ") || l.contains("HTTP/1.1\" ")).count()
+    }
+
+    /// Wipes all emulated state.
+    pub async fn reset(&self) -> Result<()> {
+        reqwest::Client::new()
+            .post(format!("{}/moto-api/reset", self.endpoint))
+            .send()
+            .await?
+            .error_for_status()?;
+        Ok(())
+    }
+
+    /// An EC2 client of the real AWS SDK pointed at this moto, with static test credentials.
+    pub fn ec2(&self) -> Ec2 {
+        let conf = aws_sdk_ec2::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(REGION))
+            .credentials_provider(Credentials::new("AKIDTEST", "moto-test-secret", None, None, "static"))
+            .endpoint_url(&self.endpoint)
+            .build();
+        Ec2::from_conf(conf)
+    }
+
+    /// A `[Global]` + `[ServiceOverride]` cloud-config pointing the AWS provider at this moto for
+    /// `world`, without any IMDS use.
+    pub fn cloud_config(&self, world: &World) -> String {
+        let mut s = format!(
+            "[Global]\nRegion = {REGION}\nVPC = {}\nSubnetID = {}\nKubernetesClusterID = {}\n",
+            world.vpc_id, world.subnets[0].1, world.cluster_id
+        );
+        for (id, service, signing) in [
+            ("ec2", "EC2", "ec2"),
+            ("elb", "Elastic Load Balancing", "elasticloadbalancing"),
+            ("elbv2", "Elastic Load Balancing v2", "elasticloadbalancing"),
+        ] {
+            s.push_str(&format!(
+                "\n[ServiceOverride \"{id}\"]\nService = {service}\nRegion = {REGION}\nURL = {}\n\
+                 SigningRegion = {REGION}\nSigningName = {signing}\n",
+                self.endpoint
+            ));
+        }
+        s
+    }
+
+    /// Builds a cluster-shaped world: a VPC, one subnet per zone of [`ZONES`], an internet
+    /// gateway, a route table and a security group (all tagged
+    /// `kubernetes.io/cluster/<cluster_id>=owned`), and `instances` running instances spread
+    /// over the two zones, tagged for the cluster.
+    pub async fn build_world(&self, cluster_id: &str, instances: usize) -> Result<World> {
+        let ec2 = self.ec2();
+        let tag_key = format!("kubernetes.io/cluster/{cluster_id}");
+        let tags = |rt: ResourceType, name: &str| {
+            TagSpecification::builder()
+                .resource_type(rt)
+                .tags(Tag::builder().key(&tag_key).value("owned").build())
+                .tags(Tag::builder().key("Name").value(name).build())
+                .build()
+        };
+        let vpc = ec2
+            .create_vpc()
+            .cidr_block("10.0.0.0/16")
+            .tag_specifications(tags(ResourceType::Vpc, cluster_id))
+            .send()
+            .await
+            .context("CreateVpc")?;
+        let vpc_id = vpc.vpc().and_then(|v| v.vpc_id()).context("CreateVpc: no id")?.to_string();
+
+        let mut subnets = Vec::new();
+        for (i, zone) in ZONES.iter().enumerate() {
+            let subnet = ec2
+                .create_subnet()
+                .vpc_id(&vpc_id)
+                .availability_zone(*zone)
+                .cidr_block(format!("10.0.{}.0/24", i + 1))
+                .tag_specifications(tags(ResourceType::Subnet, &format!("{cluster_id}-{zone}")))
+                .send()
+                .await
+                .context("CreateSubnet")?;
+            let id = subnet.subnet().and_then(|s| s.subnet_id()).context("CreateSubnet: no id")?;
+            subnets.push((zone.to_string(), id.to_string()));
+        }
+
+        let igw = ec2
+            .create_internet_gateway()
+            .tag_specifications(tags(ResourceType::InternetGateway, cluster_id))
+            .send()
+            .await
+            .context("CreateInternetGateway")?;
+        let igw_id = igw
+            .internet_gateway()
+            .and_then(|g| g.internet_gateway_id())
+            .context("CreateInternetGateway: no id")?
+            .to_string();
+        ec2.attach_internet_gateway()
+            .internet_gateway_id(&igw_id)
+            .vpc_id(&vpc_id)
+            .send()
+            .await
+            .context("AttachInternetGateway")?;
+
+        let rt = ec2
+            .create_route_table()
+            .vpc_id(&vpc_id)
+            .tag_specifications(tags(ResourceType::RouteTable, cluster_id))
+            .send()
+            .await
+            .context("CreateRouteTable")?;
+        let route_table_id =
+            rt.route_table().and_then(|r| r.route_table_id()).context("CreateRouteTable: no id")?.to_string();
+        ec2.create_route()
+            .route_table_id(&route_table_id)
+            .destination_cidr_block("0.0.0.0/0")
+            .gateway_id(&igw_id)
+            .send()
+            .await
+            .context("CreateRoute 0.0.0.0/0")?;
+        for (_, subnet) in &subnets {
+            ec2.associate_route_table()
+                .route_table_id(&route_table_id)
+                .subnet_id(subnet)
+                .send()
+                .await
+                .context("AssociateRouteTable")?;
+        }
+
+        let sg = ec2
+            .create_security_group()
+            .group_name(format!("{cluster_id}-nodes"))
+            .description("nodes of the test cluster")
+            .vpc_id(&vpc_id)
+            .tag_specifications(tags(ResourceType::SecurityGroup, &format!("{cluster_id}-nodes")))
+            .send()
+            .await
+            .context("CreateSecurityGroup")?;
+        let security_group_id = sg.group_id().context("CreateSecurityGroup: no id")?.to_string();
+
+        let mut world = World {
+            cluster_id: cluster_id.to_string(),
+            vpc_id,
+            subnets,
+            internet_gateway_id: igw_id,
+            route_table_id,
+            security_group_id,
+            instances: Vec::new(),
+        };
+        world.instances = self.run_instances(&world, instances).await?;
+        Ok(world)
+    }
+
+    /// Runs `count` more instances in `world`, alternating between its zones.
+    pub async fn run_instances(&self, world: &World, count: usize) -> Result<Vec<Instance>> {
+        let ec2 = self.ec2();
+        let tag_key = format!("kubernetes.io/cluster/{}", world.cluster_id);
+        let mut ids = Vec::new();
+        // One RunInstances per zone with MinCount = MaxCount = the zone's share.
+        for (zi, (zone, subnet)) in world.subnets.iter().enumerate() {
+            let n = count / world.subnets.len() + usize::from(zi < count % world.subnets.len());
+            if n == 0 {
+                continue;
+            }
+            let out = ec2
+                .run_instances()
+                .image_id("ami-12c6146b")
+                .instance_type(InstanceType::T3Medium)
+                .min_count(n as i32)
+                .max_count(n as i32)
+                .subnet_id(subnet)
+                .security_group_ids(&world.security_group_id)
+                .tag_specifications(
+                    TagSpecification::builder()
+                        .resource_type(ResourceType::Instance)
+                        .tags(Tag::builder().key(&tag_key).value("owned").build())
+                        .build(),
+                )
+                .send()
+                .await
+                .with_context(|| format!("RunInstances in {zone}"))?;
+            ids.extend(out.instances().iter().filter_map(|i| i.instance_id().map(str::to_string)));
+        }
+        self.describe(&ids).await
+    }
+
+    /// Describes instances by ID (following `NextToken`).
+    pub async fn describe(&self, ids: &[String]) -> Result<Vec<Instance>> {
+        let mut result = Vec::new();
+        for chunk in ids.chunks(500) {
+            let mut pages = self
+                .ec2()
+                .describe_instances()
+                .set_instance_ids(Some(chunk.to_vec()))
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                let page = page.context("DescribeInstances")?;
+                for r in page.reservations() {
+                    for i in r.instances() {
+                        result.push(Instance {
+                            id: i.instance_id().unwrap_or_default().to_string(),
+                            zone: i
+                                .placement()
+                                .and_then(|p| p.availability_zone())
+                                .unwrap_or_default()
+                                .to_string(),
+                            private_dns_name: i.private_dns_name().unwrap_or_default().to_string(),
+                            private_ip: i.private_ip_address().unwrap_or_default().to_string(),
+                            public_ip: i.public_ip_address().map(str::to_string),
+                            public_dns_name: i.public_dns_name().filter(|s| !s.is_empty()).map(str::to_string),
+                            instance_type: i.instance_type().map(|t| t.as_str().to_string()).unwrap_or_default(),
+                            state: i
+                                .state()
+                                .and_then(|s| s.name())
+                                .map(|n| n.as_str().to_string())
+                                .unwrap_or_default(),
+                        });
+                    }
+                }
+            }
+        }
+        result.sort_by_key(|i| ids.iter().position(|id| *id == i.id));
+        Ok(result)
+    }
+
+    /// Lists the instances carrying the cluster tag of `cluster_id`.
+    pub async fn cluster_instances(&self, cluster_id: &str) -> Result<Vec<Instance>> {
+        let out = self
+            .ec2()
+            .describe_instances()
+            .filters(Filter::builder().name(format!("tag:kubernetes.io/cluster/{cluster_id}")).values("owned").build())
+            .send()
+            .await?;
+        let ids: Vec<String> = out
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .filter_map(|i| i.instance_id().map(str::to_string))
+            .collect();
+        self.describe(&ids).await
+    }
+}
+
+/// A cluster-shaped VPC in moto.
+#[derive(Debug, Clone)]
+pub struct World {
+    /// The cluster ID (tag key `kubernetes.io/cluster/<id>`).
+    pub cluster_id: String,
+    /// The VPC.
+    pub vpc_id: String,
+    /// `(availability zone, subnet id)` pairs, one per zone of [`ZONES`].
+    pub subnets: Vec<(String, String)>,
+    /// The internet gateway attached to the VPC.
+    pub internet_gateway_id: String,
+    /// The cluster-tagged route table (default route via the internet gateway).
+    pub route_table_id: String,
+    /// The cluster-tagged node security group.
+    pub security_group_id: String,
+    /// The instances started with the world.
+    pub instances: Vec<Instance>,
+}
+
+/// What the tests need to know about one EC2 instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    /// `i-…`
+    pub id: String,
+    /// Availability zone.
+    pub zone: String,
+    /// `ip-10-0-1-4.ec2.internal`
+    pub private_dns_name: String,
+    /// Primary private IPv4 address.
+    pub private_ip: String,
+    /// Public IPv4 address, if any.
+    pub public_ip: Option<String>,
+    /// Public DNS name, if any.
+    pub public_dns_name: Option<String>,
+    /// e.g. `t3.medium`.
+    pub instance_type: String,
+    /// e.g. `running`.
+    pub state: String,
+}

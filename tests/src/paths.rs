@@ -1,0 +1,76 @@
+//! Where the test servers and the workspace's own binaries are.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    sync::{Mutex, OnceLock},
+};
+
+use anyhow::{Context, Result, bail};
+
+/// The directory `hack/install-test-deps.sh` fills with symlinks to the test servers:
+/// `$RCP_TEST_BIN_DIR`, else `${RCP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rust-cloud-provider}/bin`.
+pub fn test_bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("RCP_TEST_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
+    cache_dir().join("bin")
+}
+
+/// The project's cache directory (outside the repository).
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("RCP_CACHE_DIR") {
+        return PathBuf::from(dir);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache"));
+    base.join("rust-cloud-provider")
+}
+
+/// The path of an installed test server (`etcd`, `kube-apiserver`, `kubectl`, `moto_server`,
+/// `vcsim`, `govc`), or an error telling how to install it.
+pub fn test_bin(name: &str) -> Result<PathBuf> {
+    let path = test_bin_dir().join(name);
+    if !path.exists() {
+        bail!(
+            "test server binary {} is missing: run hack/install-test-deps.sh (or set RCP_TEST_BIN_DIR)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}
+
+/// Builds (if needed) and returns a binary of this workspace, e.g.
+/// `workspace_binary("cloud-controller-manager-aws")`. Uses the same target directory and the
+/// dev profile, so after `cargo test` it is a quick no-op.
+pub fn workspace_binary(name: &str) -> Result<PathBuf> {
+    static BUILT: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
+    let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let path = target_dir.join("debug").join(name);
+    if !built.iter().any(|b| b == name) {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let out = Command::new(cargo)
+            .current_dir(workspace_root())
+            .args(["build", "--quiet", "--bin", name])
+            .output()
+            .with_context(|| format!("running cargo build --bin {name}"))?;
+        if !out.status.success() {
+            bail!("cargo build --bin {name} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        }
+        built.push(name.to_string());
+    }
+    if !path.exists() {
+        bail!("built {name} but {} does not exist", path.display());
+    }
+    Ok(path)
+}

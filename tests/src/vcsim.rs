@@ -1,0 +1,160 @@
+//! `Vcsim`: govmomi's vCenter simulator on a random port of 127.0.0.1.
+
+use std::{process::Command, time::Duration};
+
+use anyhow::{Context, Result, bail};
+use nix::sys::signal::Signal;
+use tempfile::TempDir;
+
+use crate::{paths, process::ManagedProcess};
+
+/// A running vcsim. SOAP login enforces [`Vcsim::username`]/[`Vcsim::password`]; its TLS
+/// certificate is self-signed.
+pub struct Vcsim {
+    process: ManagedProcess,
+    host_port: String,
+    username: String,
+    password: String,
+    _dir: TempDir,
+}
+
+impl std::fmt::Debug for Vcsim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vcsim").field("host_port", &self.host_port).finish_non_exhaustive()
+    }
+}
+
+/// The inventory vcsim builds.
+#[derive(Debug, Clone)]
+pub struct VcsimModel {
+    /// VMs per host/cluster (`-vm`).
+    pub vms: usize,
+    /// Hosts per cluster (`-host`).
+    pub hosts: usize,
+    /// Standalone hosts (`-standalone-host`).
+    pub standalone_hosts: usize,
+    /// Clusters per datacenter (`-cluster`).
+    pub clusters: usize,
+    /// Extra command-line flags.
+    pub extra_args: Vec<String>,
+}
+
+impl Default for VcsimModel {
+    fn default() -> Self {
+        Self { vms: 2, hosts: 3, standalone_hosts: 0, clusters: 1, extra_args: Vec::new() }
+    }
+}
+
+impl Vcsim {
+    /// Starts vcsim with the default model (1 datacenter, 1 cluster of 3 hosts, 2 VMs).
+    pub fn start() -> Result<Self> {
+        Self::start_with(VcsimModel::default())
+    }
+
+    /// Starts vcsim with `model` and waits until it prints its URL.
+    pub fn start_with(model: VcsimModel) -> Result<Self> {
+        crate::init();
+        let bin = paths::test_bin("vcsim")?;
+        let dir = tempfile::Builder::new().prefix("rcp-vcsim-").tempdir()?;
+        let username = "k8s-user@vsphere.local".to_string();
+        let password = format!("pw-{}", rand::random::<u32>());
+        let mut args = vec![
+            "-l".to_string(),
+            "127.0.0.1:0".into(),
+            "-username".into(),
+            username.clone(),
+            "-password".into(),
+            password.clone(),
+            "-vm".into(),
+            model.vms.to_string(),
+            "-host".into(),
+            model.hosts.to_string(),
+            "-standalone-host".into(),
+            model.standalone_hosts.to_string(),
+            "-cluster".into(),
+            model.clusters.to_string(),
+        ];
+        args.extend(model.extra_args);
+        let mut process =
+            ManagedProcess::spawn("vcsim", &bin, &args, &[], &dir.path().join("vcsim.log"), Signal::SIGTERM)?;
+        let line = process.wait_for_log_line(Duration::from_secs(60), |l| l.contains("GOVC_URL="))?;
+        // export GOVC_URL=https://user:pass@127.0.0.1:PORT/sdk GOVC_SIM_PID=N
+        let url = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("GOVC_URL="))
+            .context("vcsim printed no GOVC_URL")?;
+        let host_port = url
+            .rsplit_once('@')
+            .map(|(_, rest)| rest)
+            .unwrap_or(url)
+            .trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .trim_end_matches("/sdk")
+            .to_string();
+        if !host_port.starts_with("127.0.0.1:") {
+            bail!("vcsim listens on {host_port}, expected 127.0.0.1");
+        }
+        Ok(Self { process, host_port, username, password, _dir: dir })
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn host_port(&self) -> &str {
+        &self.host_port
+    }
+
+    /// `https://127.0.0.1:<port>/sdk`, the SOAP endpoint.
+    pub fn sdk_url(&self) -> String {
+        format!("https://{}/sdk", self.host_port)
+    }
+
+    /// The user SOAP login accepts.
+    pub fn username(&self) -> &str {
+        &self.username
+    }
+
+    /// The password SOAP login accepts.
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+
+    /// The vcsim log so far.
+    pub fn log(&self) -> String {
+        self.process.log()
+    }
+
+    /// Stops vcsim now (SIGTERM), e.g. to test behaviour when vCenter is unreachable.
+    pub fn stop(&mut self) {
+        self.process.stop();
+    }
+
+    /// Runs `govc` against this simulator and returns its stdout.
+    pub fn govc(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new(paths::test_bin("govc")?)
+            .args(args)
+            .env("GOVC_URL", format!("https://{}/sdk", self.host_port))
+            .env("GOVC_USERNAME", &self.username)
+            .env("GOVC_PASSWORD", &self.password)
+            .env("GOVC_INSECURE", "1")
+            .output()
+            .context("running govc")?;
+        if !out.status.success() {
+            bail!("govc {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8(out.stdout)?)
+    }
+
+    /// Gives a VM (by inventory path or name) a guest IP and host name, which vcsim's model
+    /// VMs lack (only then do FindByIp/FindByDnsName and `guest.net` work).
+    pub fn set_guest_identity(&self, vm: &str, ip: &str, host_name: &str) -> Result<()> {
+        self.govc(&[
+            "vm.change",
+            "-vm",
+            vm,
+            "-e",
+            &format!("SET.guest.ipAddress={ip}"),
+            "-e",
+            &format!("SET.guest.hostName={host_name}"),
+        ])?;
+        Ok(())
+    }
+}
