@@ -40,7 +40,9 @@ pub struct TestCluster {
 
 impl std::fmt::Debug for TestCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TestCluster").field("server", &self.server).finish_non_exhaustive()
+        f.debug_struct("TestCluster")
+            .field("server", &self.server)
+            .finish_non_exhaustive()
     }
 }
 
@@ -55,11 +57,18 @@ impl TestCluster {
 
         // etcd 3.4 cannot skip fsync; keep its data on tmpfs when there is one.
         let etcd_tmpfs = if Path::new("/dev/shm").is_dir() {
-            Some(tempfile::Builder::new().prefix("rcp-etcd-").tempdir_in("/dev/shm")?)
+            Some(
+                tempfile::Builder::new()
+                    .prefix("rcp-etcd-")
+                    .tempdir_in("/dev/shm")?,
+            )
         } else {
             None
         };
-        let etcd_data = etcd_tmpfs.as_ref().map(|t| t.path().to_path_buf()).unwrap_or_else(|| d.join("etcd"));
+        let etcd_data = etcd_tmpfs
+            .as_ref()
+            .map(|t| t.path().to_path_buf())
+            .unwrap_or_else(|| d.join("etcd"));
         let (client_port, peer_port) = (free_port(), free_port());
         let client_url = format!("http://127.0.0.1:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
@@ -82,7 +91,12 @@ impl TestCluster {
 
         let sa_key = d.join("sa.key");
         let sa_pub = d.join("sa.pub");
-        run_quiet(Command::new("openssl").args(["genrsa", "-out"]).arg(&sa_key).arg("2048"))?;
+        run_quiet(
+            Command::new("openssl")
+                .args(["genrsa", "-out"])
+                .arg(&sa_key)
+                .arg("2048"),
+        )?;
         run_quiet(
             Command::new("openssl")
                 .args(["rsa", "-in"])
@@ -127,8 +141,15 @@ impl TestCluster {
         let server = format!("https://127.0.0.1:{secure_port}");
         let kubeconfig = d.join("admin.kubeconfig");
         std::fs::write(&kubeconfig, kubeconfig_yaml(&server, "admin", &admin_token, None))?;
-        let mut cluster =
-            Self { apiserver, etcd, server, admin_token, kubeconfig, dir, _etcd_tmpfs: etcd_tmpfs };
+        let mut cluster = Self {
+            apiserver,
+            etcd,
+            server,
+            admin_token,
+            kubeconfig,
+            dir,
+            _etcd_tmpfs: etcd_tmpfs,
+        };
         cluster.wait_ready(Duration::from_secs(60)).await?;
         Ok(cluster)
     }
@@ -209,7 +230,10 @@ impl TestCluster {
         let namespaces: Api<Namespace> = Api::all(client.clone());
         if namespaces.get_opt(namespace).await?.is_none() {
             let ns = Namespace {
-                metadata: ObjectMeta { name: Some(namespace.into()), ..Default::default() },
+                metadata: ObjectMeta {
+                    name: Some(namespace.into()),
+                    ..Default::default()
+                },
                 ..Default::default()
             };
             namespaces.create(&PostParams::default(), &ns).await?;
@@ -217,7 +241,10 @@ impl TestCluster {
         let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
         if sas.get_opt(name).await?.is_none() {
             let sa = ServiceAccount {
-                metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    ..Default::default()
+                },
                 ..Default::default()
             };
             sas.create(&PostParams::default(), &sa).await?;
@@ -234,7 +261,10 @@ impl TestCluster {
             .create_subresource("token", name, &PostParams::default(), &request)
             .await
             .with_context(|| format!("TokenRequest for service account {namespace}/{name}"))?;
-        let token = answer.status.context("TokenRequest answered without status")?.token;
+        let token = answer
+            .status
+            .context("TokenRequest answered without status")?
+            .token;
         let user = format!("system:serviceaccount:{namespace}:{name}");
         let path = self.dir.path().join(format!("sa-{namespace}-{name}.kubeconfig"));
         std::fs::write(&path, kubeconfig_yaml(&self.server, &user, &token, None))?;
@@ -264,13 +294,18 @@ fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Result<Stri
     use std::io::Write;
     let mut cmd = Command::new(paths::test_bin("kubectl")?);
     cmd.arg("--kubeconfig").arg(kubeconfig).args(args);
-    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
     if stdin.is_some() {
         cmd.stdin(std::process::Stdio::piped());
     }
     let mut child = cmd.spawn().context("starting kubectl")?;
     if let Some(input) = stdin {
-        child.stdin.take().context("kubectl stdin")?.write_all(input.as_bytes())?;
+        child
+            .stdin
+            .take()
+            .context("kubectl stdin")?
+            .write_all(input.as_bytes())?;
     }
     let out = child.wait_with_output()?;
     if !out.status.success() {
@@ -305,7 +340,9 @@ fn kubeconfig_yaml(server: &str, user: &str, token: &str, impersonate: Option<(&
 fn random_token() -> String {
     use rand::Rng;
     let mut rng = rand::rng();
-    (0..32).map(|_| format!("{:x}", rng.random_range(0..16u8))).collect()
+    (0..32)
+        .map(|_| format!("{:x}", rng.random_range(0..16u8)))
+        .collect()
 }
 
 fn run_quiet(cmd: &mut Command) -> Result<()> {

@@ -32,7 +32,9 @@ pub struct Moto {
 
 impl std::fmt::Debug for Moto {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Moto").field("endpoint", &self.endpoint).finish_non_exhaustive()
+        f.debug_struct("Moto")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
     }
 }
 
@@ -51,8 +53,14 @@ impl Moto {
             &dir.path().join("moto.log"),
             Signal::SIGTERM,
         )?;
-        let mut moto = Self { process, endpoint: format!("http://127.0.0.1:{port}"), _dir: dir };
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build()?;
+        let mut moto = Self {
+            process,
+            endpoint: format!("http://127.0.0.1:{port}"),
+            _dir: dir,
+        };
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()?;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             moto.process.check_running()?;
@@ -80,7 +88,10 @@ impl Moto {
 
     /// Number of HTTP requests moto has answered so far (from its request log).
     pub fn request_count(&self) -> usize {
-        self.log().lines().filter(|l| l.contains("\" 200 ") || l.contains("HTTP/1.1\" ")).count()
+        self.log()
+            .lines()
+            .filter(|l| l.contains("\" 200 ") || l.contains("HTTP/1.1\" "))
+            .count()
     }
 
     /// Wipes all emulated state.
@@ -98,7 +109,13 @@ impl Moto {
         let conf = aws_sdk_ec2::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new(REGION))
-            .credentials_provider(Credentials::new("AKIDTEST", "moto-test-secret", None, None, "static"))
+            .credentials_provider(Credentials::new(
+                "AKIDTEST",
+                "moto-test-secret",
+                None,
+                None,
+                "static",
+            ))
             .endpoint_url(&self.endpoint)
             .build();
         Ec2::from_conf(conf)
@@ -146,7 +163,11 @@ impl Moto {
             .send()
             .await
             .context("CreateVpc")?;
-        let vpc_id = vpc.vpc().and_then(|v| v.vpc_id()).context("CreateVpc: no id")?.to_string();
+        let vpc_id = vpc
+            .vpc()
+            .and_then(|v| v.vpc_id())
+            .context("CreateVpc: no id")?
+            .to_string();
 
         let mut subnets = Vec::new();
         for (i, zone) in ZONES.iter().enumerate() {
@@ -159,7 +180,10 @@ impl Moto {
                 .send()
                 .await
                 .context("CreateSubnet")?;
-            let id = subnet.subnet().and_then(|s| s.subnet_id()).context("CreateSubnet: no id")?;
+            let id = subnet
+                .subnet()
+                .and_then(|s| s.subnet_id())
+                .context("CreateSubnet: no id")?;
             subnets.push((zone.to_string(), id.to_string()));
         }
 
@@ -188,8 +212,11 @@ impl Moto {
             .send()
             .await
             .context("CreateRouteTable")?;
-        let route_table_id =
-            rt.route_table().and_then(|r| r.route_table_id()).context("CreateRouteTable: no id")?.to_string();
+        let route_table_id = rt
+            .route_table()
+            .and_then(|r| r.route_table_id())
+            .context("CreateRouteTable: no id")?
+            .to_string();
         ec2.create_route()
             .route_table_id(&route_table_id)
             .destination_cidr_block("0.0.0.0/0")
@@ -258,7 +285,11 @@ impl Moto {
                 .send()
                 .await
                 .with_context(|| format!("RunInstances in {zone}"))?;
-            ids.extend(out.instances().iter().filter_map(|i| i.instance_id().map(str::to_string)));
+            ids.extend(
+                out.instances()
+                    .iter()
+                    .filter_map(|i| i.instance_id().map(str::to_string)),
+            );
         }
         self.describe(&ids).await
     }
@@ -287,8 +318,14 @@ impl Moto {
                             private_dns_name: i.private_dns_name().unwrap_or_default().to_string(),
                             private_ip: i.private_ip_address().unwrap_or_default().to_string(),
                             public_ip: i.public_ip_address().map(str::to_string),
-                            public_dns_name: i.public_dns_name().filter(|s| !s.is_empty()).map(str::to_string),
-                            instance_type: i.instance_type().map(|t| t.as_str().to_string()).unwrap_or_default(),
+                            public_dns_name: i
+                                .public_dns_name()
+                                .filter(|s| !s.is_empty())
+                                .map(str::to_string),
+                            instance_type: i
+                                .instance_type()
+                                .map(|t| t.as_str().to_string())
+                                .unwrap_or_default(),
                             state: i
                                 .state()
                                 .and_then(|s| s.name())
@@ -308,7 +345,12 @@ impl Moto {
         let out = self
             .ec2()
             .describe_instances()
-            .filters(Filter::builder().name(format!("tag:kubernetes.io/cluster/{cluster_id}")).values("owned").build())
+            .filters(
+                Filter::builder()
+                    .name(format!("tag:kubernetes.io/cluster/{cluster_id}"))
+                    .values("owned")
+                    .build(),
+            )
             .send()
             .await?;
         let ids: Vec<String> = out

@@ -24,7 +24,9 @@ pub fn cache_dir() -> PathBuf {
     }
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache"));
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
+        });
     base.join("rust-cloud-provider")
 }
 
@@ -43,7 +45,10 @@ pub fn test_bin(name: &str) -> Result<PathBuf> {
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
 }
 
 /// Builds (if needed) and returns a binary of this workspace, e.g.
@@ -65,7 +70,10 @@ pub fn workspace_binary(name: &str) -> Result<PathBuf> {
             .output()
             .with_context(|| format!("running cargo build --bin {name}"))?;
         if !out.status.success() {
-            bail!("cargo build --bin {name} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+            bail!(
+                "cargo build --bin {name} failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         built.push(name.to_string());
     }

@@ -7,7 +7,7 @@
 
 use std::{
     fs::File,
-    io::{BufRead, BufReader, Read, Seek, SeekFrom},
+    io::{BufRead, BufReader, Read},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -118,7 +118,6 @@ impl ManagedProcess {
                 );
             }
             std::thread::sleep(Duration::from_millis(20));
-            file.seek(SeekFrom::Current(0))?;
         }
     }
 
@@ -147,7 +146,9 @@ impl ManagedProcess {
 
     /// Stops the process (stop signal, then SIGKILL after 5 s) and reaps it.
     pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else { return };
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
         if let Ok(Some(_)) = child.try_wait() {
             return;
         }

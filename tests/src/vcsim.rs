@@ -20,7 +20,9 @@ pub struct Vcsim {
 
 impl std::fmt::Debug for Vcsim {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Vcsim").field("host_port", &self.host_port).finish_non_exhaustive()
+        f.debug_struct("Vcsim")
+            .field("host_port", &self.host_port)
+            .finish_non_exhaustive()
     }
 }
 
@@ -41,7 +43,13 @@ pub struct VcsimModel {
 
 impl Default for VcsimModel {
     fn default() -> Self {
-        Self { vms: 2, hosts: 3, standalone_hosts: 0, clusters: 1, extra_args: Vec::new() }
+        Self {
+            vms: 2,
+            hosts: 3,
+            standalone_hosts: 0,
+            clusters: 1,
+            extra_args: Vec::new(),
+        }
     }
 }
 
@@ -75,8 +83,14 @@ impl Vcsim {
             model.clusters.to_string(),
         ];
         args.extend(model.extra_args);
-        let mut process =
-            ManagedProcess::spawn("vcsim", &bin, &args, &[], &dir.path().join("vcsim.log"), Signal::SIGTERM)?;
+        let mut process = ManagedProcess::spawn(
+            "vcsim",
+            &bin,
+            &args,
+            &[],
+            &dir.path().join("vcsim.log"),
+            Signal::SIGTERM,
+        )?;
         let line = process.wait_for_log_line(Duration::from_secs(60), |l| l.contains("GOVC_URL="))?;
         // export GOVC_URL=https://user:pass@127.0.0.1:PORT/sdk GOVC_SIM_PID=N
         let url = line
@@ -94,7 +108,13 @@ impl Vcsim {
         if !host_port.starts_with("127.0.0.1:") {
             bail!("vcsim listens on {host_port}, expected 127.0.0.1");
         }
-        Ok(Self { process, host_port, username, password, _dir: dir })
+        Ok(Self {
+            process,
+            host_port,
+            username,
+            password,
+            _dir: dir,
+        })
     }
 
     /// `127.0.0.1:<port>`.
@@ -138,7 +158,11 @@ impl Vcsim {
             .output()
             .context("running govc")?;
         if !out.status.success() {
-            bail!("govc {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+            bail!(
+                "govc {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         Ok(String::from_utf8(out.stdout)?)
     }

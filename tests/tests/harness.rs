@@ -38,8 +38,16 @@ async fn node_round_trips_between_kube_client_and_kubectl() -> Result<()> {
     )?;
     let read = nodes.get("node-from-kubectl").await?;
     assert_eq!(read.metadata.labels.unwrap()["written-by"], "kubectl");
-    let names: Vec<String> = nodes.list(&Default::default()).await?.items.into_iter().filter_map(|n| n.metadata.name).collect();
-    assert!(names.contains(&"node-from-kube".to_string()) && names.contains(&"node-from-kubectl".to_string()));
+    let names: Vec<String> = nodes
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    assert!(
+        names.contains(&"node-from-kube".to_string()) && names.contains(&"node-from-kubectl".to_string())
+    );
     Ok(())
 }
 
@@ -49,22 +57,43 @@ async fn rbac_applies_to_minted_users_and_service_accounts() -> Result<()> {
 
     // An impersonated user with no bindings is forbidden.
     let nobody = client_from_kubeconfig(&cluster.kubeconfig_for_user("nobody", &[])?).await?;
-    let err = Api::<Node>::all(nobody).list(&Default::default()).await.expect_err("nobody may not list nodes");
-    assert!(matches!(&err, kube::Error::Api(s) if s.code == 403), "expected 403, got {err}");
+    let err = Api::<Node>::all(nobody)
+        .list(&Default::default())
+        .await
+        .expect_err("nobody may not list nodes");
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 403),
+        "expected 403, got {err}"
+    );
 
     // A service account with a TokenRequest token is authenticated as itself…
-    let sa_config = cluster.kubeconfig_for_service_account("default", "harness-reader").await?;
+    let sa_config = cluster
+        .kubeconfig_for_service_account("default", "harness-reader")
+        .await?;
     let sa = client_from_kubeconfig(&sa_config).await?;
-    let err = Api::<Node>::all(sa.clone()).list(&Default::default()).await.expect_err("no binding yet");
-    let kube::Error::Api(status) = &err else { panic!("expected an API error, got {err}") };
+    let err = Api::<Node>::all(sa.clone())
+        .list(&Default::default())
+        .await
+        .expect_err("no binding yet");
+    let kube::Error::Api(status) = &err else {
+        panic!("expected an API error, got {err}")
+    };
     assert_eq!(status.code, 403);
     assert!(
-        status.message.contains("system:serviceaccount:default:harness-reader"),
+        status
+            .message
+            .contains("system:serviceaccount:default:harness-reader"),
         "403 names the service account: {}",
         status.message
     );
     // …and can list nodes once bound to a role that allows it.
-    cluster.kubectl(&["create", "clusterrole", "node-reader", "--verb=list,get", "--resource=nodes"])?;
+    cluster.kubectl(&[
+        "create",
+        "clusterrole",
+        "node-reader",
+        "--verb=list,get",
+        "--resource=nodes",
+    ])?;
     cluster.kubectl(&[
         "create",
         "clusterrolebinding",
@@ -99,7 +128,10 @@ async fn moto_runs_instances_the_sdk_can_describe() -> Result<()> {
         .map(|i| {
             (
                 i.instance_id().unwrap_or_default().to_string(),
-                i.placement().and_then(|p| p.availability_zone()).unwrap_or_default().to_string(),
+                i.placement()
+                    .and_then(|p| p.availability_zone())
+                    .unwrap_or_default()
+                    .to_string(),
                 i.private_dns_name().unwrap_or_default().to_string(),
             )
         })
@@ -107,14 +139,25 @@ async fn moto_runs_instances_the_sdk_can_describe() -> Result<()> {
     seen.sort();
     assert_eq!(seen.len(), 3, "{seen:?}");
     let zones: std::collections::BTreeSet<_> = seen.iter().map(|s| s.1.as_str()).collect();
-    assert_eq!(zones.into_iter().collect::<Vec<_>>(), vec!["us-east-1a", "us-east-1b"]);
+    assert_eq!(
+        zones.into_iter().collect::<Vec<_>>(),
+        vec!["us-east-1a", "us-east-1b"]
+    );
     for (id, _, dns) in &seen {
         assert!(id.starts_with("i-"), "{id}");
         assert!(dns.ends_with(".ec2.internal"), "{dns}");
     }
     // The world's route table carries the cluster tag.
-    let rts = ec2.describe_route_tables().route_table_ids(&world.route_table_id).send().await?;
-    let tags: Vec<_> = rts.route_tables()[0].tags().iter().filter_map(|t| t.key()).collect();
+    let rts = ec2
+        .describe_route_tables()
+        .route_table_ids(&world.route_table_id)
+        .send()
+        .await?;
+    let tags: Vec<_> = rts.route_tables()[0]
+        .tags()
+        .iter()
+        .filter_map(|t| t.key())
+        .collect();
     assert!(tags.contains(&"kubernetes.io/cluster/harness-test"), "{tags:?}");
     Ok(())
 }
@@ -136,7 +179,10 @@ fn between<'a>(s: &'a str, start: &str, end: &str) -> Option<&'a str> {
 #[tokio::test]
 async fn vcsim_soap_login_and_vm_listing() -> Result<()> {
     let vcsim = Vcsim::start()?;
-    let http = reqwest::Client::builder().tls_danger_accept_invalid_certs(true).cookie_store(true).build()?;
+    let http = reqwest::Client::builder()
+        .tls_danger_accept_invalid_certs(true)
+        .cookie_store(true)
+        .build()?;
     let call = |body: String| {
         let http = http.clone();
         let url = vcsim.sdk_url();
@@ -157,8 +203,12 @@ async fn vcsim_soap_login_and_vm_listing() -> Result<()> {
         "<RetrieveServiceContent xmlns=\"urn:vim25\"><_this type=\"ServiceInstance\">ServiceInstance</_this></RetrieveServiceContent>".into(),
     )
     .await?;
-    let root = between(&content, "<rootFolder type=\"Folder\">", "<").expect("rootFolder").to_string();
-    let session_manager = between(&content, "<sessionManager type=\"SessionManager\">", "<").expect("sessionManager").to_string();
+    let root = between(&content, "<rootFolder type=\"Folder\">", "<")
+        .expect("rootFolder")
+        .to_string();
+    let session_manager = between(&content, "<sessionManager type=\"SessionManager\">", "<")
+        .expect("sessionManager")
+        .to_string();
 
     // A wrong password is refused with a SOAP fault.
     let (status, fault) = call(format!(
@@ -182,7 +232,9 @@ async fn vcsim_soap_login_and_vm_listing() -> Result<()> {
         "<CreateContainerView xmlns=\"urn:vim25\"><_this type=\"ViewManager\">ViewManager</_this><container type=\"Folder\">{root}</container><type>VirtualMachine</type><recursive>true</recursive></CreateContainerView>"
     ))
     .await?;
-    let view_id = between(&view, "<returnval type=\"ContainerView\">", "<").expect("view").to_string();
+    let view_id = between(&view, "<returnval type=\"ContainerView\">", "<")
+        .expect("view")
+        .to_string();
     let (_, props) = call(format!(
         "<RetrievePropertiesEx xmlns=\"urn:vim25\"><_this type=\"PropertyCollector\">propertyCollector</_this><specSet>\
          <propSet><type>VirtualMachine</type><pathSet>name</pathSet></propSet>\

@@ -70,7 +70,11 @@ pub struct Violation {
 
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "error[{}] {}: {}; fix: {}", self.rule, self.subject, self.problem, self.fix)
+        write!(
+            f,
+            "error[{}] {}: {}; fix: {}",
+            self.rule, self.subject, self.problem, self.fix
+        )
     }
 }
 
@@ -128,13 +132,24 @@ impl Workspace {
                 ["tests", ..] | ["hack", ..] => Location::Internal,
                 _ => Location::Other(dir.clone()),
             };
-            members.insert(pkg.name.to_string(), Member { name: pkg.name.to_string(), dir, location });
+            members.insert(
+                pkg.name.to_string(),
+                Member {
+                    name: pkg.name.to_string(),
+                    dir,
+                    location,
+                },
+            );
         }
         let providers = match metadata.workspace_metadata.get("providers") {
             None => BTreeMap::new(),
             Some(v) => serde_json::from_value(v.clone()).map_err(|e| Error::Declaration(e.to_string()))?,
         };
-        Ok(Self { metadata, members, providers })
+        Ok(Self {
+            metadata,
+            members,
+            providers,
+        })
     }
 
     fn member_of_location(&self, wanted: &Location) -> Option<&Member> {
@@ -157,7 +172,12 @@ impl Workspace {
 
     /// Direct dependencies of a member: `(name, kinds)`, from its manifest.
     fn direct_deps(&self, name: &str) -> Vec<(String, BTreeSet<&'static str>)> {
-        let Some(pkg) = self.metadata.workspace_packages().into_iter().find(|p| p.name.as_str() == name) else {
+        let Some(pkg) = self
+            .metadata
+            .workspace_packages()
+            .into_iter()
+            .find(|p| p.name.as_str() == name)
+        else {
             return Vec::new();
         };
         let mut by_name: BTreeMap<String, BTreeSet<&'static str>> = BTreeMap::new();
@@ -174,13 +194,24 @@ impl Workspace {
 
     /// The resolved closure (normal and build edges) of a member, names only, itself excluded.
     pub fn closure(&self, name: &str) -> BTreeSet<String> {
-        let Some(resolve) = &self.metadata.resolve else { return BTreeSet::new() };
-        let Some(pkg) = self.metadata.workspace_packages().into_iter().find(|p| p.name.as_str() == name) else {
+        let Some(resolve) = &self.metadata.resolve else {
+            return BTreeSet::new();
+        };
+        let Some(pkg) = self
+            .metadata
+            .workspace_packages()
+            .into_iter()
+            .find(|p| p.name.as_str() == name)
+        else {
             return BTreeSet::new();
         };
         let nodes: BTreeMap<&PackageId, _> = resolve.nodes.iter().map(|n| (&n.id, n)).collect();
-        let names: BTreeMap<&PackageId, &str> =
-            self.metadata.packages.iter().map(|p| (&p.id, p.name.as_str())).collect();
+        let names: BTreeMap<&PackageId, &str> = self
+            .metadata
+            .packages
+            .iter()
+            .map(|p| (&p.id, p.name.as_str()))
+            .collect();
         let mut seen: BTreeSet<&PackageId> = BTreeSet::new();
         let mut queue = VecDeque::from([&pkg.id]);
         while let Some(id) = queue.pop_front() {
@@ -189,7 +220,10 @@ impl Workspace {
             }
             if let Some(node) = nodes.get(id) {
                 for dep in &node.deps {
-                    let shipped = dep.dep_kinds.iter().any(|k| k.kind != DependencyKind::Development);
+                    let shipped = dep
+                        .dep_kinds
+                        .iter()
+                        .any(|k| k.kind != DependencyKind::Development);
                     if shipped {
                         queue.push_back(&dep.pkg);
                     }
@@ -197,7 +231,9 @@ impl Workspace {
             }
         }
         seen.remove(&pkg.id);
-        seen.into_iter().filter_map(|id| names.get(id).map(|n| n.to_string())).collect()
+        seen.into_iter()
+            .filter_map(|id| names.get(id).map(|n| n.to_string()))
+            .collect()
     }
 
     /// Checks every rule and returns the violations, sorted.
@@ -219,7 +255,9 @@ impl Workspace {
                 v.push(Violation {
                     rule: "layout",
                     subject: m.name.clone(),
-                    problem: format!("lives in `{dir}`, outside staging/, providers/, cmd/, tests/ and hack/"),
+                    problem: format!(
+                        "lives in `{dir}`, outside staging/, providers/, cmd/, tests/ and hack/"
+                    ),
                     fix: "move it into the directory that matches its role".into(),
                 });
             }
@@ -232,7 +270,9 @@ impl Workspace {
                 continue;
             }
             for (dep, kinds) in self.direct_deps(&m.name) {
-                let Some(target) = self.members.get(&dep) else { continue };
+                let Some(target) = self.members.get(&dep) else {
+                    continue;
+                };
                 if matches!(target.location, Location::Staged | Location::Legacy(_)) {
                     continue;
                 }
@@ -376,7 +416,9 @@ impl Workspace {
                     rule: "phase",
                     subject: format!("provider `{p}`"),
                     problem: "has crates in the tree but no entry in [workspace.metadata.providers]".into(),
-                    fix: format!("add `{p} = {{ phase = N }}` to [workspace.metadata.providers] in the root Cargo.toml"),
+                    fix: format!(
+                        "add `{p} = {{ phase = N }}` to [workspace.metadata.providers] in the root Cargo.toml"
+                    ),
                 });
             }
         }
@@ -387,36 +429,92 @@ impl Workspace {
             let subject = format!("provider `{p}` (phase {})", decl.phase);
             let mut want = |ok: bool, problem: String, fix: String| {
                 if !ok {
-                    v.push(Violation { rule: "phase", subject: subject.clone(), problem, fix });
+                    v.push(Violation {
+                        rule: "phase",
+                        subject: subject.clone(),
+                        problem,
+                        fix,
+                    });
                 }
             };
             match decl.phase {
                 1 => {
-                    want(legacy.is_some(), format!("phase 1 needs the legacy crate staging/legacy-cloud-providers/{p}"), "create it, or declare the provider's real phase".into());
-                    want(provider.is_none(), format!("phase 1 has no out-of-tree crate, but providers/{p} exists"), "declare phase 2, or remove providers/".to_string() + p);
-                    want(binary.is_none(), format!("phase 1 has no binary, but cmd/{BINARY_PREFIX}{p} exists"), "declare phase 2, or remove the binary".into());
+                    want(
+                        legacy.is_some(),
+                        format!("phase 1 needs the legacy crate staging/legacy-cloud-providers/{p}"),
+                        "create it, or declare the provider's real phase".into(),
+                    );
+                    want(
+                        provider.is_none(),
+                        format!("phase 1 has no out-of-tree crate, but providers/{p} exists"),
+                        "declare phase 2, or remove providers/".to_string() + p,
+                    );
+                    want(
+                        binary.is_none(),
+                        format!("phase 1 has no binary, but cmd/{BINARY_PREFIX}{p} exists"),
+                        "declare phase 2, or remove the binary".into(),
+                    );
                 }
                 2 => {
-                    want(legacy.is_some(), format!("phase 2 needs the legacy crate staging/legacy-cloud-providers/{p}"), "restore it, or declare phase 3 once the code lives in providers/".to_string() + p);
-                    want(provider.is_some(), format!("phase 2 needs the out-of-tree crate providers/{p}"), "create it (building on the legacy crate)".into());
-                    want(binary.is_some(), format!("phase 2 needs the binary cmd/{BINARY_PREFIX}{p}"), "create it (linking providers/".to_string() + p + ")");
+                    want(
+                        legacy.is_some(),
+                        format!("phase 2 needs the legacy crate staging/legacy-cloud-providers/{p}"),
+                        "restore it, or declare phase 3 once the code lives in providers/".to_string() + p,
+                    );
+                    want(
+                        provider.is_some(),
+                        format!("phase 2 needs the out-of-tree crate providers/{p}"),
+                        "create it (building on the legacy crate)".into(),
+                    );
+                    want(
+                        binary.is_some(),
+                        format!("phase 2 needs the binary cmd/{BINARY_PREFIX}{p}"),
+                        "create it (linking providers/".to_string() + p + ")",
+                    );
                 }
                 3 => {
-                    want(legacy.is_none(), format!("phase 3 means the legacy crate is gone, but staging/legacy-cloud-providers/{p} still exists"), format!("move its code into providers/{p} and delete staging/legacy-cloud-providers/{p}, or declare phase 2"));
-                    want(provider.is_some(), format!("phase 3 needs the out-of-tree crate providers/{p}"), "create it".into());
-                    want(binary.is_some(), format!("phase 3 needs the binary cmd/{BINARY_PREFIX}{p}"), "create it".into());
+                    want(
+                        legacy.is_none(),
+                        format!(
+                            "phase 3 means the legacy crate is gone, but staging/legacy-cloud-providers/{p} still exists"
+                        ),
+                        format!(
+                            "move its code into providers/{p} and delete staging/legacy-cloud-providers/{p}, or declare phase 2"
+                        ),
+                    );
+                    want(
+                        provider.is_some(),
+                        format!("phase 3 needs the out-of-tree crate providers/{p}"),
+                        "create it".into(),
+                    );
+                    want(
+                        binary.is_some(),
+                        format!("phase 3 needs the binary cmd/{BINARY_PREFIX}{p}"),
+                        "create it".into(),
+                    );
                     for m in self.members.values() {
                         if !matches!(m.location, Location::Staged | Location::Legacy(_)) {
                             continue;
                         }
                         for (dep, _) in self.direct_deps(&m.name) {
                             if self.provider_of(&dep).as_deref() == Some(p.as_str()) {
-                                want(false, format!("phase 3 means nothing in staging/ names the provider, but {} ({}) depends on {dep}", m.name, m.dir), format!("drop {dep} from {}", m.name));
+                                want(
+                                    false,
+                                    format!(
+                                        "phase 3 means nothing in staging/ names the provider, but {} ({}) depends on {dep}",
+                                        m.name, m.dir
+                                    ),
+                                    format!("drop {dep} from {}", m.name),
+                                );
                             }
                         }
                     }
                 }
-                other => want(false, format!("unknown phase {other}"), "use phase 1, 2 or 3".into()),
+                other => want(
+                    false,
+                    format!("unknown phase {other}"),
+                    "use phase 1, 2 or 3".into(),
+                ),
             }
         }
     }
@@ -428,7 +526,11 @@ impl Workspace {
         for m in self.members.values() {
             let Location::Cmd(_) = m.location else { continue };
             let provider = m.name.strip_prefix(BINARY_PREFIX).unwrap_or("?");
-            let phase = self.providers.get(provider).map(|d| d.phase.to_string()).unwrap_or_else(|| "undeclared".into());
+            let phase = self
+                .providers
+                .get(provider)
+                .map(|d| d.phase.to_string())
+                .unwrap_or_else(|| "undeclared".into());
             let closure = self.closure(&m.name);
             let own_sdk = closure.iter().filter(|c| {
                 !self.members.contains_key(*c) && self.provider_of(c).as_deref() == Some(provider)
@@ -462,7 +564,9 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
     let mut rest = name;
     for (i, part) in parts.iter().enumerate() {
         if i == 0 {
-            let Some(r) = rest.strip_prefix(part) else { return false };
+            let Some(r) = rest.strip_prefix(part) else {
+                return false;
+            };
             rest = r;
         } else if i == parts.len() - 1 {
             return rest.ends_with(part);

@@ -11,7 +11,12 @@ fn main() -> anyhow::Result<ExitCode> {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--manifest-path" => manifest = args.next().map(PathBuf::from).ok_or_else(|| anyhow::anyhow!("--manifest-path needs a value"))?,
+            "--manifest-path" => {
+                manifest = args
+                    .next()
+                    .map(PathBuf::from)
+                    .ok_or_else(|| anyhow::anyhow!("--manifest-path needs a value"))?
+            }
             "--report" => report = true,
             "-h" | "--help" => {
                 println!("verify-boundaries [--manifest-path Cargo.toml] [--report]");
@@ -34,7 +39,11 @@ fn main() -> anyhow::Result<ExitCode> {
         println!(
             "verify-boundaries: ok ({} members, providers: {})",
             ws.members.len(),
-            ws.providers.iter().map(|(p, d)| format!("{p} phase {}", d.phase)).collect::<Vec<_>>().join(", ")
+            ws.providers
+                .iter()
+                .map(|(p, d)| format!("{p} phase {}", d.phase))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         Ok(ExitCode::SUCCESS)
     } else {
