@@ -9,6 +9,7 @@
 //! The servers are installed by `hack/install-test-deps.sh`; see [`paths`].
 
 pub mod cluster;
+pub mod k8s;
 pub mod moto;
 pub mod paths;
 pub mod process;

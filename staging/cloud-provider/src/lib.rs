@@ -1,3 +1,30 @@
-//! The Kubernetes cloud-provider framework in Rust (the counterpart of `k8s.io/cloud-provider`).
+//! The Kubernetes cloud-provider framework in Rust, the counterpart of `k8s.io/cloud-provider`.
 //!
-//! This crate is being built up; see the repository's issues for what is implemented.
+//! # For provider authors
+//! Implement [`CloudProvider`] and the capabilities your cloud has ([`InstancesV2`] — or the
+//! legacy [`Instances`] + [`Zones`] —, [`LoadBalancer`], [`Routes`]), return [`CloudError`]'s
+//! sentinel variants where the controllers act on them (`InstanceNotFound`, `NotImplemented`,
+//! `ImplementedElsewhere`, `Retry`), and test against the same controllers with the
+//! [`fake`] provider as a model (feature `fake`).
+//!
+//! # What is here
+//! - [`cloud`]: the interface; [`error`]: its errors; [`registry`]: name → factory;
+//! - [`well_known`]: labels, taints, annotations, finalizer, event reasons (exact strings);
+//! - [`node::helpers`], [`service::helpers`]: helpers for providers and controllers;
+//! - [`controllers`]: cloud-node, cloud-node-lifecycle, service-lb, node-route.
+
+pub mod cloud;
+pub mod controllers;
+pub mod error;
+#[cfg(feature = "fake")]
+pub mod fake;
+pub mod node;
+pub mod registry;
+pub mod service;
+pub mod well_known;
+
+pub use cloud::{
+    CloudProvider, Clusters, InitContext, InstanceMetadata, Instances, InstancesV2, LoadBalancer, Route,
+    Routes, Zone, Zones,
+};
+pub use error::{CloudError, CloudResult};

@@ -1,0 +1,255 @@
+//! The cloud interface (upstream `cloud.go`): what a provider implements.
+//!
+//! A provider is one object per process implementing [`CloudProvider`]. Each optional
+//! capability is returned by an accessor; `None` means "not supported" and the controller that
+//! needs it is not started (logged, not fatal), exactly like the Go `(T, bool)` pairs.
+//!
+//! | capability | used by |
+//! |---|---|
+//! | [`InstancesV2`] (preferred) or [`Instances`] (+ [`Zones`]) | cloud-node, cloud-node-lifecycle |
+//! | [`LoadBalancer`] | service-lb |
+//! | [`Routes`] | node-route |
+//! | [`Clusters`] | nothing (kept for completeness) |
+//!
+//! When [`CloudProvider::instances_v2`] returns `Some`, the node controllers use only it and
+//! never call [`Zones`].
+//!
+//! All methods take `&self` and may be called concurrently from several controllers and
+//! workers; implementations must treat the Kubernetes objects they are given as read-only.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use k8s_controller_manager::{informer::Store, metrics::Metrics};
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, NodeAddress, Service};
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::CloudResult;
+
+/// What a provider receives when the cloud-controller-manager starts its controllers (after
+/// leadership is acquired), like upstream's `Initialize(clientBuilder, stop)` plus
+/// `SetInformers`.
+#[derive(Clone)]
+pub struct InitContext {
+    /// A client with the controller manager's identity (user agent `cloud-controller-manager`).
+    pub client: Client,
+    /// The shared Node cache (e.g. to map instance IDs to node names).
+    pub nodes: Store<Node>,
+    /// Cancelled when the controllers stop; background tasks of the provider must end then.
+    pub shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for InitContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InitContext").finish_non_exhaustive()
+    }
+}
+
+/// A cloud provider: the one object a provider crate hands to the framework.
+#[async_trait]
+pub trait CloudProvider: Send + Sync + 'static {
+    /// The provider's name (e.g. `aws`); provider IDs are `<name>://<instance id>`.
+    fn provider_name(&self) -> &str;
+
+    /// Called once before the controllers start (after leadership is acquired). The default
+    /// does nothing.
+    async fn initialize(&self, _ctx: InitContext) -> CloudResult<()> {
+        Ok(())
+    }
+
+    /// Registers the provider's own metrics (e.g. per-API-call counters). Called once at start
+    /// so that `/metrics` shows them from the beginning. The default registers nothing.
+    fn register_metrics(&self, _metrics: &Metrics) {}
+
+    /// The load-balancer capability, if supported.
+    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        None
+    }
+
+    /// The legacy per-node instances capability, if supported.
+    fn instances(&self) -> Option<&dyn Instances> {
+        None
+    }
+
+    /// The preferred instances capability, if supported.
+    fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+        None
+    }
+
+    /// The deprecated zones capability (used only on the [`Instances`] path), if supported.
+    fn zones(&self) -> Option<&dyn Zones> {
+        None
+    }
+
+    /// The clusters capability, if supported (no controller uses it).
+    fn clusters(&self) -> Option<&dyn Clusters> {
+        None
+    }
+
+    /// The routes capability, if supported.
+    fn routes(&self) -> Option<&dyn Routes> {
+        None
+    }
+
+    /// Whether a cluster ID is configured ("ClusterID is required and set"). When `false`, the
+    /// controller manager refuses to start unless `--allow-untagged-cloud` is given.
+    fn has_cluster_id(&self) -> bool {
+        true
+    }
+}
+
+/// Load balancers for `type: LoadBalancer` Services. `cluster_name` is `--cluster-name`.
+#[async_trait]
+pub trait LoadBalancer: Send + Sync {
+    /// The status of the Service's load balancer, or `None` if no load balancer created by the
+    /// service controller exists.
+    async fn get_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<Option<LoadBalancerStatus>>;
+
+    /// The name of the Service's load balancer. Default:
+    /// [`crate::service::helpers::default_load_balancer_name`].
+    fn get_load_balancer_name(&self, _cluster_name: &str, service: &Service) -> String {
+        crate::service::helpers::default_load_balancer_name(service)
+    }
+
+    /// Creates or updates the load balancer so that it forwards to `nodes`; returns the status
+    /// to write to `.status.loadBalancer`.
+    async fn ensure_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> CloudResult<LoadBalancerStatus>;
+
+    /// Updates only the backend host set of an existing load balancer.
+    async fn update_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> CloudResult<()>;
+
+    /// Deletes the load balancer and everything the provider created for it. Idempotent:
+    /// returns `Ok` when it does not exist. Must not return `ImplementedElsewhere`.
+    async fn ensure_load_balancer_deleted(&self, cluster_name: &str, service: &Service) -> CloudResult<()>;
+}
+
+/// The legacy instances capability: one call per fact, by node name or by provider ID.
+#[async_trait]
+pub trait Instances: Send + Sync {
+    /// Addresses of the instance named `name` (may use local metadata).
+    async fn node_addresses(&self, name: &str) -> CloudResult<Vec<NodeAddress>>;
+    /// Addresses of the instance with this provider ID (must not use local metadata).
+    async fn node_addresses_by_provider_id(&self, provider_id: &str) -> CloudResult<Vec<NodeAddress>>;
+    /// The cloud's instance ID for the node `name`; [`crate::CloudError::InstanceNotFound`] if absent.
+    async fn instance_id(&self, name: &str) -> CloudResult<String>;
+    /// The instance type of the node `name`.
+    async fn instance_type(&self, name: &str) -> CloudResult<String>;
+    /// The instance type of the instance with this provider ID.
+    async fn instance_type_by_provider_id(&self, provider_id: &str) -> CloudResult<String>;
+    /// Adds an SSH key to all instances (unused by the controllers).
+    async fn add_ssh_key_to_all_instances(&self, _user: &str, _key: &[u8]) -> CloudResult<()> {
+        Err(crate::CloudError::NotImplemented)
+    }
+    /// The node name for a host name (unused by the controllers).
+    async fn current_node_name(&self, hostname: &str) -> CloudResult<String> {
+        Ok(hostname.to_string())
+    }
+    /// Whether the instance exists; must be `true` for stopped instances. `Ok(false)` makes
+    /// the node-lifecycle controller delete the Node.
+    async fn instance_exists_by_provider_id(&self, provider_id: &str) -> CloudResult<bool>;
+    /// Whether the instance is shut down.
+    async fn instance_shutdown_by_provider_id(&self, provider_id: &str) -> CloudResult<bool>;
+}
+
+/// Everything the node controller writes onto a Node, from one call.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InstanceMetadata {
+    /// `<provider>://<id>`; written to `spec.providerID` if the Node has none. Must be stable.
+    pub provider_id: String,
+    /// Instance type label value; empty = no label.
+    pub instance_type: String,
+    /// Node addresses (merged by the rules of [`crate::node::helpers::merge_node_addresses`]).
+    pub node_addresses: Vec<NodeAddress>,
+    /// Zone label value; empty = no label.
+    pub zone: String,
+    /// Region label value; empty = no label.
+    pub region: String,
+    /// Extra labels (keys in the `kubernetes.io`/`k8s.io` namespaces are dropped).
+    pub additional_labels: std::collections::BTreeMap<String, String>,
+}
+
+/// The preferred instances capability: whole-Node calls, so a provider can use
+/// `spec.providerID`, the name, labels or annotations as it sees fit.
+#[async_trait]
+pub trait InstancesV2: Send + Sync {
+    /// Whether the Node's instance exists (`true` for stopped instances). `Ok(false)` makes
+    /// the node-lifecycle controller delete the Node, so only answer `false` when the cloud
+    /// positively says the instance is gone; errors (auth, network) must be errors.
+    async fn instance_exists(&self, node: &Node) -> CloudResult<bool>;
+    /// Whether the Node's instance is shut down.
+    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool>;
+    /// The Node's instance metadata; `Ok(None)` skips the node without error.
+    async fn instance_metadata(&self, node: &Node) -> CloudResult<Option<InstanceMetadata>>;
+}
+
+/// A failure domain.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Zone {
+    /// Zone (e.g. `us-east-1a`).
+    pub failure_domain: String,
+    /// Region (e.g. `us-east-1`).
+    pub region: String,
+}
+
+/// The deprecated zones capability (only used with [`Instances`]).
+#[async_trait]
+pub trait Zones: Send + Sync {
+    /// The zone of the machine the process runs on (unused by the controllers).
+    async fn get_zone(&self) -> CloudResult<Zone>;
+    /// The zone of the instance with this provider ID.
+    async fn get_zone_by_provider_id(&self, provider_id: &str) -> CloudResult<Zone>;
+    /// The zone of the node `name`.
+    async fn get_zone_by_node_name(&self, name: &str) -> CloudResult<Zone>;
+}
+
+/// The clusters capability (no controller uses it).
+#[async_trait]
+pub trait Clusters: Send + Sync {
+    /// Names of all clusters.
+    async fn list_clusters(&self) -> CloudResult<Vec<String>>;
+    /// The address of the cluster's control plane.
+    async fn master(&self, cluster_name: &str) -> CloudResult<String>;
+}
+
+/// A pod-network route to a node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Route {
+    /// The provider's name for the route (ignored on create).
+    pub name: String,
+    /// The node the route points at.
+    pub target_node: String,
+    /// Whether the provider compares node addresses (then `target_node_addresses` matter).
+    pub enable_node_addresses: bool,
+    /// The target node's addresses (set on create).
+    pub target_node_addresses: Vec<NodeAddress>,
+    /// The pod CIDR the route covers.
+    pub destination_cidr: String,
+    /// Whether the route's target is gone.
+    pub blackhole: bool,
+}
+
+/// The routes capability.
+#[async_trait]
+pub trait Routes: Send + Sync {
+    /// Every route this cluster manages.
+    async fn list_routes(&self, cluster_name: &str) -> CloudResult<Vec<Route>>;
+    /// Creates a route; `name_hint` is the target Node's UID.
+    async fn create_route(&self, cluster_name: &str, name_hint: &str, route: &Route) -> CloudResult<()>;
+    /// Deletes a route as returned by [`Routes::list_routes`].
+    async fn delete_route(&self, cluster_name: &str, route: &Route) -> CloudResult<()>;
+}

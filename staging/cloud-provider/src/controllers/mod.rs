@@ -1,0 +1,337 @@
+//! The four cloud controllers and what they share.
+//!
+//! | controller | module | upstream name (alias) |
+//! |---|---|---|
+//! | cloud-node | [`node`] | `cloud-node-controller` (`cloud-node`) |
+//! | cloud-node-lifecycle | [`nodelifecycle`] | `cloud-node-lifecycle-controller` (`cloud-node-lifecycle`) |
+//! | service-lb | [`service`] | `service-lb-controller` (`service`) |
+//! | node-route | [`route`] | `node-route-controller` (`route`) |
+//!
+//! Every controller reads Nodes and Services from the shared informers of
+//! [`ControllerContext`], writes through its own client, records events under its upstream
+//! component name, and stops when the context's shutdown token is cancelled.
+
+pub mod node;
+pub mod nodelifecycle;
+pub mod route;
+pub mod service;
+
+use std::{collections::HashMap, future::Future, sync::Arc, time::Duration};
+
+use ipnet::IpNet;
+use k8s_controller_manager::{
+    events::EventBroadcaster,
+    informer::{Informer, strip_managed_fields},
+    metrics::Metrics,
+};
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::{Api, Client};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts};
+use tokio_util::sync::CancellationToken;
+
+use crate::cloud::CloudProvider;
+
+/// Settings of the controllers (the flags of `--help`'s controller sections).
+#[derive(Debug, Clone)]
+pub struct ControllersConfig {
+    /// `--cluster-name`, passed to load-balancer and route calls.
+    pub cluster_name: String,
+    /// `--cluster-cidr`, parsed (≤ 2, one per family).
+    pub cluster_cidrs: Vec<IpNet>,
+    /// `--node-status-update-frequency`.
+    pub node_status_update_frequency: Duration,
+    /// `--node-monitor-period`.
+    pub node_monitor_period: Duration,
+    /// `--route-reconciliation-period`.
+    pub route_reconciliation_period: Duration,
+    /// `--concurrent-node-syncs` (≥ 1).
+    pub concurrent_node_syncs: usize,
+    /// `--concurrent-node-status-updates` (0 = same as `concurrent_node_syncs`).
+    pub concurrent_node_status_updates: usize,
+    /// `--concurrent-service-syncs` (≥ 1).
+    pub concurrent_service_syncs: usize,
+}
+
+impl Default for ControllersConfig {
+    fn default() -> Self {
+        Self {
+            cluster_name: "kubernetes".into(),
+            cluster_cidrs: Vec::new(),
+            node_status_update_frequency: Duration::from_secs(300),
+            node_monitor_period: Duration::from_secs(5),
+            route_reconciliation_period: Duration::from_secs(10),
+            concurrent_node_syncs: 1,
+            concurrent_node_status_updates: 0,
+            concurrent_service_syncs: 1,
+        }
+    }
+}
+
+/// The cloud controllers' own metrics (names exact as upstream).
+#[derive(Debug, Clone)]
+pub struct CloudControllerMetrics {
+    /// `node_controller_cloud_provider_taint_removal_delay_seconds`
+    pub taint_removal_delay: Histogram,
+    /// `node_controller_initial_node_sync_delay_seconds`
+    pub initial_node_sync_delay: Histogram,
+    /// `service_controller_loadbalancer_sync_total`
+    pub loadbalancer_sync_total: IntCounter,
+    /// `service_controller_nodesync_error_total`
+    pub nodesync_error_total: IntCounter,
+    /// `service_controller_nodesync_latency_seconds`
+    pub nodesync_latency: Histogram,
+    /// `service_controller_update_loadbalancer_host_latency_seconds`
+    pub update_loadbalancer_host_latency: Histogram,
+    /// `route_controller_route_sync_total`
+    pub route_sync_total: IntCounter,
+    /// `cloudprovider_api_calls_total{controller, operation, result}`: cloud calls made by the
+    /// controllers (not part of upstream; shows calls per node at a glance).
+    pub cloud_calls: IntCounterVec,
+    /// `cloudprovider_api_call_duration_seconds{operation}`.
+    pub cloud_call_duration: HistogramVec,
+}
+
+impl CloudControllerMetrics {
+    /// Creates the metrics and registers them in `metrics`.
+    pub fn new(metrics: &Metrics) -> Self {
+        let node_buckets = vec![1.0, 4.0, 16.0, 64.0, 256.0, 1024.0];
+        let service_buckets = prometheus::exponential_buckets(1.0, 2.0, 15).expect("static buckets");
+        let h = |name: &str, help: &str, buckets: Vec<f64>| {
+            Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).expect("valid metric")
+        };
+        let c = |name: &str, help: &str| IntCounter::with_opts(Opts::new(name, help)).expect("valid metric");
+        let m = Self {
+            taint_removal_delay: h(
+                "node_controller_cloud_provider_taint_removal_delay_seconds",
+                "Number of seconds after node creation when NodeController removed the cloud-provider taint of a single node.",
+                node_buckets.clone(),
+            ),
+            initial_node_sync_delay: h(
+                "node_controller_initial_node_sync_delay_seconds",
+                "Number of seconds after node creation when NodeController finished the initial synchronization of a single node.",
+                node_buckets,
+            ),
+            loadbalancer_sync_total: c(
+                "service_controller_loadbalancer_sync_total",
+                "A metric counting the amount of times any load balancer has been configured, as an effect of service/node changes on the cluster",
+            ),
+            nodesync_error_total: c(
+                "service_controller_nodesync_error_total",
+                "A metric counting the amount of times any load balancer has been configured and errored, as an effect of node changes on the cluster",
+            ),
+            nodesync_latency: h(
+                "service_controller_nodesync_latency_seconds",
+                "A metric measuring the latency for nodesync which updates loadbalancer hosts on cluster node updates.",
+                service_buckets.clone(),
+            ),
+            update_loadbalancer_host_latency: h(
+                "service_controller_update_loadbalancer_host_latency_seconds",
+                "A metric measuring the latency for updating each load balancer hosts.",
+                service_buckets,
+            ),
+            route_sync_total: c(
+                "route_controller_route_sync_total",
+                "A metric counting the amount of times routes have been synced with the cloud provider.",
+            ),
+            cloud_calls: IntCounterVec::new(
+                Opts::new(
+                    "cloudprovider_api_calls_total",
+                    "Cloud provider interface calls made by the cloud controllers.",
+                ),
+                &["controller", "operation", "result"],
+            )
+            .expect("valid metric"),
+            cloud_call_duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "cloudprovider_api_call_duration_seconds",
+                    "Duration of cloud provider interface calls.",
+                )
+                .buckets(prometheus::exponential_buckets(0.001, 2.0, 16).expect("static buckets")),
+                &["operation"],
+            )
+            .expect("valid metric"),
+        };
+        metrics.register(Box::new(m.taint_removal_delay.clone()));
+        metrics.register(Box::new(m.initial_node_sync_delay.clone()));
+        metrics.register(Box::new(m.loadbalancer_sync_total.clone()));
+        metrics.register(Box::new(m.nodesync_error_total.clone()));
+        metrics.register(Box::new(m.nodesync_latency.clone()));
+        metrics.register(Box::new(m.update_loadbalancer_host_latency.clone()));
+        metrics.register(Box::new(m.route_sync_total.clone()));
+        metrics.register(Box::new(m.cloud_calls.clone()));
+        metrics.register(Box::new(m.cloud_call_duration.clone()));
+        m
+    }
+
+    /// Times a cloud call and counts it by controller, operation and result.
+    pub async fn observe<T, E>(
+        &self,
+        controller: &str,
+        operation: &str,
+        call: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let start = std::time::Instant::now();
+        let r = call.await;
+        self.cloud_call_duration
+            .with_label_values(&[operation])
+            .observe(start.elapsed().as_secs_f64());
+        self.cloud_calls
+            .with_label_values(&[controller, operation, if r.is_ok() { "success" } else { "error" }])
+            .inc();
+        r
+    }
+}
+
+/// Everything a cloud controller needs. Cheap to clone.
+#[derive(Clone)]
+pub struct ControllerContext {
+    /// The root client (the controller manager's identity).
+    pub client: Client,
+    /// Per-controller clients by client name (`node-controller`, `service-controller`,
+    /// `route-controller`), with `--use-service-account-credentials`. Missing ⇒ `client`.
+    pub clients: Arc<HashMap<String, Client>>,
+    /// The cloud provider.
+    pub cloud: Arc<dyn CloudProvider>,
+    /// Shared Node informer (stored without `status.images` and `managedFields`).
+    pub nodes: Informer<Node>,
+    /// Shared Service informer (stored without `managedFields`).
+    pub services: Informer<Service>,
+    /// Event writer.
+    pub events: EventBroadcaster,
+    /// The process's metrics registry.
+    pub metrics: Arc<Metrics>,
+    /// The cloud controllers' metrics.
+    pub cloud_metrics: Arc<CloudControllerMetrics>,
+    /// Controller settings.
+    pub config: Arc<ControllersConfig>,
+    /// Cancelled to stop every controller.
+    pub shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for ControllerContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerContext")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ControllerContext {
+    /// The client for a controller's client name.
+    pub fn client_for(&self, client_name: &str) -> Client {
+        self.clients
+            .get(client_name)
+            .cloned()
+            .unwrap_or_else(|| self.client.clone())
+    }
+}
+
+/// The shared informers the controllers read from.
+pub fn node_informer(client: Client) -> Informer<Node> {
+    Informer::new(
+        Api::all(client),
+        Some(Arc::new(|n: &mut Node| {
+            strip_managed_fields(n);
+            if let Some(status) = n.status.as_mut() {
+                status.images = None;
+            }
+        })),
+    )
+}
+
+/// The shared Service informer (all namespaces).
+pub fn service_informer(client: Client) -> Informer<Service> {
+    Informer::new(
+        Api::all(client),
+        Some(Arc::new(|s: &mut Service| strip_managed_fields(s))),
+    )
+}
+
+/// Retries `f` while it fails with HTTP 409 Conflict, up to `steps` attempts, sleeping
+/// `base`..`2×base` (jitter 1.0) between attempts — client-go's `RetryOnConflict`.
+pub async fn retry_on_conflict<T, F, Fut>(steps: usize, base: Duration, mut f: F) -> Result<T, kube::Error>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let mut attempt = 0;
+    loop {
+        match f(attempt).await {
+            Err(kube::Error::Api(s)) if s.code == 409 && attempt + 1 < steps => {
+                attempt += 1;
+                let jitter = rand::random::<f64>();
+                tokio::time::sleep(base.mul_f64(1.0 + jitter)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether a kube error is HTTP 404.
+pub fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// An `ObjectReference` to a Node, as upstream builds for node events (`v1`, `Node`, name, uid).
+pub fn node_reference(node: &Node) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: node.metadata.name.clone(),
+        uid: node.metadata.uid.clone(),
+        ..Default::default()
+    }
+}
+
+impl ControllerContext {
+    /// A context with fresh shared informers (not yet running: see
+    /// [`ControllerContext::start_informers`]) and the cloud controllers' metrics registered in
+    /// `metrics`.
+    pub fn new(
+        client: Client,
+        cloud: Arc<dyn CloudProvider>,
+        config: ControllersConfig,
+        metrics: Arc<Metrics>,
+        events: EventBroadcaster,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let cloud_metrics = Arc::new(CloudControllerMetrics::new(&metrics));
+        Self {
+            nodes: node_informer(client.clone()),
+            services: service_informer(client.clone()),
+            client,
+            clients: Arc::new(HashMap::new()),
+            cloud,
+            events,
+            metrics,
+            cloud_metrics,
+            config: Arc::new(config),
+            shutdown,
+        }
+    }
+
+    /// Starts the shared Node and Service informers (they stop with the shutdown token).
+    pub fn start_informers(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        vec![
+            tokio::spawn(self.nodes.clone().run(self.shutdown.clone())),
+            tokio::spawn(self.services.clone().run(self.shutdown.clone())),
+        ]
+    }
+}
+
+/// Canonical names of the cloud controllers, in start order.
+pub const CONTROLLER_NAMES: [&str; 4] = [node::NAME, nodelifecycle::NAME, service::NAME, route::NAME];
+
+/// Builds and starts the controller with canonical name `name`. `Err` carries why it was not
+/// started (e.g. the provider lacks the capability), which the controller manager logs as
+/// "Skipping".
+pub fn start_controller(name: &str, ctx: &ControllerContext) -> Result<tokio::task::JoinHandle<()>, String> {
+    let ctx = ctx.clone();
+    Ok(match name {
+        node::NAME => tokio::spawn(node::CloudNodeController::new(ctx)?.run()),
+        nodelifecycle::NAME => tokio::spawn(nodelifecycle::CloudNodeLifecycleController::new(ctx)?.run()),
+        service::NAME => tokio::spawn(service::ServiceController::new(ctx)?.run()),
+        route::NAME => tokio::spawn(route::RouteController::new(ctx)?.run()),
+        other => return Err(format!("{other:?} is not in the list of known controllers")),
+    })
+}

@@ -1,0 +1,2 @@
+//! Node helpers (upstream `node/helpers`).
+pub mod helpers;

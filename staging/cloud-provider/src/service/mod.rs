@@ -1,0 +1,2 @@
+//! Service helpers (upstream `service/helpers`).
+pub mod helpers;

@@ -1,0 +1,114 @@
+//! Kubernetes helpers for the tests: object builders, polling, events, in-process controllers.
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use anyhow::{Result, bail};
+use k8s_cloud_provider::{
+    CloudProvider,
+    controllers::{ControllerContext, ControllersConfig, start_controller},
+    well_known::TAINT_UNINITIALIZED,
+};
+use k8s_controller_manager::{events::EventBroadcaster, metrics::Metrics};
+use k8s_openapi::api::core::v1::{Event, Node, NodeSpec, Taint};
+use kube::{Api, Client, api::ObjectMeta};
+use tokio_util::sync::CancellationToken;
+
+/// Polls `f` every 50 ms until it returns `Some`, or fails after `timeout` naming `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A Node as kubelet `--cloud-provider=external` registers it: with the uninitialized taint.
+pub fn tainted_node(name: &str) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            taints: Some(vec![Taint {
+                key: TAINT_UNINITIALIZED.into(),
+                value: Some("true".into()),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// core/v1 Events in `namespace` about the object `name`, as `(reason, message, source component)`.
+pub async fn events_for(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<(String, String, String)>> {
+    let api: Api<Event> = Api::namespaced(client.clone(), namespace);
+    Ok(api
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(name))
+        .map(|e| {
+            (
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+                e.source.and_then(|s| s.component).unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
+/// Cloud controllers running inside the test process, stopped on drop.
+pub struct InProcessControllers {
+    /// Their context (informers, metrics, config).
+    pub ctx: ControllerContext,
+    shutdown: CancellationToken,
+}
+
+impl Drop for InProcessControllers {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// Starts the named controllers (canonical names) with `cloud` and `config` against `client`,
+/// and waits until the shared informers have synced.
+pub async fn start_controllers(
+    client: Client,
+    cloud: Arc<dyn CloudProvider>,
+    config: ControllersConfig,
+    names: &[&str],
+) -> Result<InProcessControllers> {
+    crate::init();
+    let shutdown = CancellationToken::new();
+    let metrics = Arc::new(Metrics::new());
+    let events = EventBroadcaster::start(client.clone(), "test".into(), "localhost".into());
+    let ctx = ControllerContext::new(client, cloud, config, metrics, events, shutdown.clone());
+    ctx.start_informers();
+    for name in names {
+        start_controller(name, &ctx).map_err(|e| anyhow::anyhow!("starting {name}: {e}"))?;
+    }
+    let (nodes, services) = (ctx.nodes.store(), ctx.services.store());
+    tokio::time::timeout(Duration::from_secs(30), async {
+        nodes.wait_synced().await;
+        services.wait_synced().await;
+    })
+    .await?;
+    Ok(InProcessControllers { ctx, shutdown })
+}
