@@ -173,7 +173,7 @@ pub struct InstanceMetadata {
     pub provider_id: String,
     /// Instance type label value; empty = no label.
     pub instance_type: String,
-    /// Node addresses (merged by the rules of [`crate::node::helpers::merge_node_addresses`]).
+    /// Node addresses (merged by the rules of [`crate::node::helpers::desired_node_addresses`]).
     pub node_addresses: Vec<NodeAddress>,
     /// Zone label value; empty = no label.
     pub zone: String,

@@ -11,7 +11,7 @@
 //! also rejects its events for cluster-scoped objects in namespace `default`. core/v1 Events
 //! work on every version and are what `kubectl describe` shows.)
 //!
-//! [`EventRecorder::flush`] waits until queued events are written (graceful shutdown).
+//! [`EventBroadcaster::flush`] waits until queued events are written (graceful shutdown).
 
 use std::{
     collections::HashMap,
@@ -133,7 +133,7 @@ impl EventRecorder {
     }
 
     /// Queues an event about `regarding`. Never blocks; drops the event (logged) when the
-    /// writer is more than [`QUEUE_CAPACITY`] events behind.
+    /// writer is more than 10 000 events behind.
     pub fn event(
         &self,
         regarding: &ObjectReference,

@@ -3,7 +3,7 @@
 //! controllers, process metrics.
 //!
 //! Controllers and providers register their own metrics into [`Metrics::registry`]. The text
-//! exposition format is served on `/metrics` by [`crate::server`].
+//! exposition format is served on `/metrics` by the controller manager's HTTP server.
 
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
