@@ -30,7 +30,7 @@ phase "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 phase "verify boundaries"
-hack/verify-boundaries
+hack/verify-boundaries --report
 
 phase "verify dependencies (cargo-deny)"
 hack/verify-deps.sh

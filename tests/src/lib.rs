@@ -8,6 +8,7 @@
 //!
 //! The servers are installed by `hack/install-test-deps.sh`; see [`paths`].
 
+pub mod ccm;
 pub mod cluster;
 pub mod k8s;
 pub mod moto;

@@ -1,3 +1,14 @@
-//! The out-of-tree vSphere cloud provider (phase 2: builds on `k8s-legacy-cloud-provider-vsphere`).
+//! The out-of-tree vsphere cloud provider (phase 2 of the extraction: builds on
+//! `k8s-legacy-cloud-provider-vsphere`).
 //!
-//! This crate is being built up; see the repository's issues for what is implemented.
+//! [`provider_spec`] is what `cloud-controller-manager-vsphere` runs.
+
+pub use k8s_legacy_cloud_provider_vsphere as legacy;
+
+/// The provider name (`--cloud-provider` default).
+pub const PROVIDER_NAME: &str = legacy::PROVIDER_NAME;
+
+/// The provider as the cloud-controller-manager application needs it.
+pub fn provider_spec() -> k8s_cloud_provider::app::ProviderSpec {
+    k8s_cloud_provider::app::ProviderSpec::new(PROVIDER_NAME, legacy::factory())
+}

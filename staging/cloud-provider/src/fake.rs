@@ -504,3 +504,68 @@ impl Routes for FakeCloud {
         Ok(())
     }
 }
+
+/// The fake's cloud-config (JSON): instances by node name.
+///
+/// ```json
+/// {"instances": {"node-1": {"providerID": "fake://i-1", "instanceType": "m5.large",
+///   "zone": "z1", "region": "r1", "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}}}
+/// ```
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FakeConfig {
+    /// Instances by node name.
+    #[serde(default)]
+    pub instances: BTreeMap<String, FakeConfigInstance>,
+}
+
+/// One instance of [`FakeConfig`].
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FakeConfigInstance {
+    /// Provider ID.
+    #[serde(rename = "providerID")]
+    pub provider_id: String,
+    /// Instance type.
+    #[serde(default)]
+    pub instance_type: String,
+    /// Zone.
+    #[serde(default)]
+    pub zone: String,
+    /// Region.
+    #[serde(default)]
+    pub region: String,
+    /// Addresses.
+    #[serde(default)]
+    pub addresses: Vec<NodeAddress>,
+}
+
+/// A registry factory building a [`FakeCloud`] from a [`FakeConfig`] JSON file (no file ⇒ no
+/// instances). An invalid file is an error naming the problem.
+pub fn factory() -> crate::registry::Factory {
+    Arc::new(|config: Option<Vec<u8>>| {
+        Box::pin(async move {
+            let parsed: FakeConfig = match config {
+                None => FakeConfig::default(),
+                Some(bytes) => {
+                    serde_json::from_slice(&bytes).map_err(|e| format!("fake cloud config: {e}"))?
+                }
+            };
+            let cloud = FakeCloud::new();
+            for (node, i) in parsed.instances {
+                cloud.add_instance(
+                    &node,
+                    FakeInstance {
+                        provider_id: i.provider_id,
+                        instance_type: i.instance_type,
+                        zone: i.zone,
+                        region: i.region,
+                        addresses: i.addresses,
+                        ..Default::default()
+                    },
+                );
+            }
+            Ok(Arc::new(cloud) as Arc<dyn CloudProvider>)
+        })
+    })
+}

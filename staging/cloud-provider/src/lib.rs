@@ -11,8 +11,10 @@
 //! - [`cloud`]: the interface; [`error`]: its errors; [`registry`]: name → factory;
 //! - [`well_known`]: labels, taints, annotations, finalizer, event reasons (exact strings);
 //! - [`node::helpers`], [`service::helpers`]: helpers for providers and controllers;
-//! - [`controllers`]: cloud-node, cloud-node-lifecycle, service-lb, node-route.
+//! - [`controllers`]: cloud-node, cloud-node-lifecycle, service-lb, node-route;
+//! - [`app`]: the cloud-controller-manager command a provider binary runs.
 
+pub mod app;
 pub mod cloud;
 pub mod controllers;
 pub mod error;

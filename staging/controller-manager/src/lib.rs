@@ -4,9 +4,19 @@
 //! - [`workqueue`]: de-duplicating, rate-limited work queues with client-go's semantics;
 //! - [`informer`]: shared LIST+WATCH caches with change notifications;
 //! - [`events`]: non-blocking Kubernetes event recording;
-//! - [`metrics`]: the shared Prometheus registry and the generic metrics.
+//! - [`metrics`]: the shared Prometheus registry and the generic metrics;
+//! - [`controllers`]: controller names, aliases and the `--controllers` rules;
+//! - [`client`]: Kubernetes clients with a QPS/burst limit;
+//! - [`leaderelection`]: leader election on Leases;
+//! - [`server`]: the HTTPS health and metrics endpoint;
+//! - [`duration`]: Go duration strings for flags.
 
+pub mod client;
+pub mod controllers;
+pub mod duration;
 pub mod events;
 pub mod informer;
+pub mod leaderelection;
 pub mod metrics;
+pub mod server;
 pub mod workqueue;

@@ -1,0 +1,520 @@
+//! The cloud-controller-manager command (upstream `app/`): what a provider binary runs.
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # fn my_factory() -> k8s_cloud_provider::registry::Factory { unimplemented!() }
+//! fn main() -> std::process::ExitCode {
+//!     k8s_cloud_provider::app::main(k8s_cloud_provider::app::ProviderSpec::new("mycloud", my_factory()))
+//! }
+//! ```
+//!
+//! Start-up (spec §6.1): parse and validate flags (every error names its flag) → Kubernetes
+//! client (kubeconfig / `--master` / in-cluster; QPS/burst) → cloud provider from
+//! `--cloud-config` → cluster-ID check → HTTPS `/healthz` `/livez` `/readyz` `/metrics` →
+//! leader election on a Lease → shared informers → `Initialize` → the enabled controllers.
+//!
+//! Shutdown: SIGTERM/SIGINT stop the controllers, flush queued events, release the lease and
+//! exit 0 (bounded: 10 s for controllers, 5 s for events). Losing the lease exits 1, as
+//! upstream does, so that the process restarts as a follower.
+
+mod clients;
+pub mod options;
+
+use std::{
+    collections::HashMap,
+    process::ExitCode,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use clap::{CommandFactory, FromArgMatches};
+use k8s_controller_manager::{
+    client::{build_client, load_config},
+    controllers::ControllerRegistry,
+    events::EventBroadcaster,
+    leaderelection::{HoldOutcome, LeaderElector, hostname},
+    metrics::Metrics,
+    server::{Endpoints, HealthChecks, ServingOptions, serve},
+};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+pub use options::{Options, ValidatedOptions};
+
+use crate::{
+    cloud::{CloudProvider, InitContext},
+    controllers::{self, ControllerContext, ControllersConfig, start_controller},
+    registry::{Factory, read_config},
+};
+
+/// The provider a binary links: its name (the `--cloud-provider` default), factory, and the
+/// controllers it keeps off unless named in `--controllers`.
+#[derive(Clone)]
+pub struct ProviderSpec {
+    /// Provider name (`aws`, `vsphere`, …).
+    pub name: String,
+    /// Builds the provider from the cloud-config file.
+    pub factory: Factory,
+    /// Canonical controller names off by default (e.g. cloud-provider-aws keeps routes off).
+    pub disabled_by_default: Vec<String>,
+}
+
+impl std::fmt::Debug for ProviderSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderSpec")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProviderSpec {
+    /// A spec with every controller on by default.
+    pub fn new(name: &str, factory: Factory) -> Self {
+        Self {
+            name: name.into(),
+            factory,
+            disabled_by_default: Vec::new(),
+        }
+    }
+}
+
+/// Why the application stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// One or more flags are invalid (messages name the flags).
+    #[error("invalid flags: {0}")]
+    InvalidFlags(String),
+    /// The Kubernetes client could not be built.
+    #[error(transparent)]
+    Client(#[from] k8s_controller_manager::client::ClientError),
+    /// The cloud-config file could not be read.
+    #[error("{0}")]
+    CloudConfig(String),
+    /// The provider's factory failed.
+    #[error("Cloud provider could not be initialized: {0}")]
+    CloudInit(String),
+    /// The provider has no cluster ID and `--allow-untagged-cloud` is off.
+    #[error(
+        "no ClusterID found.  A ClusterID is required for the cloud provider to function properly.  This check can be bypassed by setting the allow-untagged-cloud option"
+    )]
+    NoClusterId,
+    /// The HTTPS server could not start.
+    #[error(transparent)]
+    Server(#[from] k8s_controller_manager::server::ServerError),
+    /// Per-controller service-account credentials could not be set up.
+    #[error("--use-service-account-credentials: {0}")]
+    ServiceAccounts(String),
+    /// The provider failed to initialise after leadership was acquired.
+    #[error("cloud provider Initialize failed: {0}")]
+    Initialize(String),
+    /// The lease was lost.
+    #[error("leaderelection lost")]
+    LeaderElectionLost,
+}
+
+/// Legacy (1.20) controller names, used as the `running_managed_controllers` label.
+fn legacy_name(canonical: &str) -> &str {
+    match canonical {
+        controllers::node::NAME => "cloud-node",
+        controllers::nodelifecycle::NAME => "cloud-node-lifecycle",
+        controllers::service::NAME => "service",
+        controllers::route::NAME => "route",
+        other => other,
+    }
+}
+
+/// Client name of a controller (for per-controller credentials and user agents).
+fn client_name(canonical: &str) -> &str {
+    match canonical {
+        controllers::service::NAME => controllers::service::CLIENT_NAME,
+        controllers::route::NAME => controllers::route::CLIENT_NAME,
+        _ => controllers::node::CLIENT_NAME,
+    }
+}
+
+/// The controllers and aliases this command knows (spec §6.3; `service-controller` and
+/// `route-controller` are accepted as aliases too, see §7.2).
+pub fn controller_registry(spec: &ProviderSpec) -> ControllerRegistry {
+    let mut r = ControllerRegistry::new();
+    let on = |n: &str| !spec.disabled_by_default.iter().any(|d| d == n);
+    r.register(
+        controllers::node::NAME,
+        &["cloud-node"],
+        on(controllers::node::NAME),
+    );
+    r.register(
+        controllers::nodelifecycle::NAME,
+        &["cloud-node-lifecycle"],
+        on(controllers::nodelifecycle::NAME),
+    );
+    r.register(
+        controllers::service::NAME,
+        &["service", "service-controller"],
+        on(controllers::service::NAME),
+    );
+    r.register(
+        controllers::route::NAME,
+        &["route", "route-controller"],
+        on(controllers::route::NAME),
+    );
+    r
+}
+
+/// The clap command with the binary's name and `--cloud-provider` default.
+pub fn command(spec: &ProviderSpec) -> clap::Command {
+    let default: &'static str = Box::leak(spec.name.clone().into_boxed_str());
+    let name: &'static str = Box::leak(format!("cloud-controller-manager-{}", spec.name).into_boxed_str());
+    Options::command()
+        .name(name)
+        .mut_arg("cloud_provider", |a| a.default_value(default))
+}
+
+/// Parses command-line arguments (including the program name).
+pub fn parse_from<I, T>(spec: &ProviderSpec, args: I) -> Result<Options, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = command(spec).try_get_matches_from(args)?;
+    Options::from_arg_matches(&matches)
+}
+
+/// Sets up `tracing` from `-v` and `--logging-format` (`RUST_LOG` overrides the level).
+pub fn init_logging(flags: &options::LoggingFlags) {
+    let level = match flags.verbosity {
+        0 | 1 => "info",
+        2 | 3 => "debug",
+        _ => "trace",
+    };
+    let default = format!(
+        "{level},hyper=warn,hyper_util=warn,h2=warn,rustls=warn,tower=warn,kube_client=warn,aws_smithy_runtime=warn,aws_config=warn,aws_runtime=warn"
+    );
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if flags.logging_format == "json" {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// The whole program: parse, run until a signal, and map the outcome to an exit code.
+pub fn main(spec: ProviderSpec) -> ExitCode {
+    let options = match parse_from(&spec, std::env::args_os()) {
+        Ok(o) => o,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    init_logging(&options.logging);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(cancel_on_signal(shutdown.clone()));
+        run(options, spec, shutdown).await
+    });
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!(error = %e, "{e}");
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Cancels `token` on SIGTERM or SIGINT.
+pub async fn cancel_on_signal(token: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        warn!("could not install signal handlers");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => info!("received SIGTERM, shutting down"),
+        _ = int.recv() => info!("received SIGINT, shutting down"),
+    }
+    token.cancel();
+}
+
+/// Runs the cloud-controller-manager until `shutdown` is cancelled (then stops gracefully and
+/// returns `Ok`) or a fatal error happens.
+pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationToken) -> Result<(), AppError> {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let registry = controller_registry(&spec);
+    let validated = options
+        .validate(&registry)
+        .map_err(|e| AppError::InvalidFlags(e.join("; ")))?;
+    let opts = &validated.options;
+    info!(version = env!("CARGO_PKG_VERSION"), provider = %opts.cloud.cloud_provider, "starting cloud-controller-manager");
+
+    // Kubernetes client.
+    let config = load_config(opts.misc.kubeconfig.as_deref(), opts.misc.master.as_deref()).await?;
+    let (qps, burst) = (opts.generic.kube_api_qps, opts.generic.kube_api_burst);
+    let root = build_client(config.clone(), qps, burst, "cloud-controller-manager")?;
+
+    // Cloud provider.
+    if opts.cloud.cloud_provider != spec.name {
+        return Err(AppError::InvalidFlags(format!(
+            "--cloud-provider={:?}: this binary links only the {:?} provider",
+            opts.cloud.cloud_provider, spec.name
+        )));
+    }
+    let cloud_config = read_config(opts.cloud.cloud_config.as_deref())
+        .map_err(|e| AppError::CloudConfig(format!("--cloud-config: {e}")))?;
+    let cloud: Arc<dyn CloudProvider> = (spec.factory)(cloud_config)
+        .await
+        .map_err(|e| AppError::CloudInit(e.to_string()))?;
+    if !cloud.has_cluster_id() {
+        if opts.cloud.allow_untagged_cloud {
+            warn!(
+                "detected a cluster without a ClusterID.  A ClusterID will be required in the future.  Please tag your cluster to avoid any future issues"
+            );
+        } else {
+            return Err(AppError::NoClusterId);
+        }
+    }
+    let route_enabled = registry.is_enabled(controllers::route::NAME, &validated.controllers);
+    if opts.generic.configure_cloud_routes
+        && route_enabled
+        && cloud.routes().is_some()
+        && validated.cluster_cidrs.is_empty()
+    {
+        return Err(AppError::InvalidFlags(
+            "--cluster-cidr must be set: --configure-cloud-routes is true, the node-route-controller is enabled and the cloud provider supports routes (set --cluster-cidr, or --configure-cloud-routes=false, or --controllers=*,-node-route-controller)".into(),
+        ));
+    }
+
+    // Metrics and the HTTPS endpoint.
+    let metrics = Arc::new(Metrics::new());
+    cloud.register_metrics(&metrics);
+    let endpoints = Endpoints {
+        healthz: HealthChecks::default(),
+        livez: HealthChecks::default(),
+        readyz: HealthChecks::default(),
+        metrics: metrics.clone(),
+    };
+    let serving = ServingOptions {
+        bind_address: opts.serving.bind_address,
+        secure_port: opts.serving.secure_port,
+        tls_cert_file: opts.serving.tls_cert_file.clone(),
+        tls_private_key_file: opts.serving.tls_private_key_file.clone(),
+        cert_dir: opts.serving.cert_dir.clone(),
+        pair_name: "cloud-controller-manager".into(),
+    };
+    serve(&serving, endpoints.clone(), shutdown.clone()).await?;
+
+    // Leader election.
+    let elector = match &validated.leader_election {
+        Some(le) => {
+            let elector = LeaderElector::new(
+                root.clone(),
+                le.clone(),
+                Some(metrics.leader_election_master_status.clone()),
+            );
+            for checks in [&endpoints.healthz, &endpoints.readyz] {
+                let e = elector.clone();
+                checks.add("leaderElection", Arc::new(move || e.check()));
+            }
+            info!(identity = %le.identity, lease = %format!("{}/{}", le.namespace, le.name), "leader election enabled");
+            if !elector.acquire(&shutdown).await {
+                info!("shut down before acquiring leadership");
+                return Ok(());
+            }
+            Some(elector)
+        }
+        None => None,
+    };
+
+    // Controllers.
+    let controllers_stop = shutdown.child_token();
+    let started = start_controllers(
+        &validated,
+        &spec,
+        &registry,
+        cloud.clone(),
+        root.clone(),
+        config,
+        metrics.clone(),
+        &endpoints,
+        controllers_stop.clone(),
+    )
+    .await;
+    let (events, handles) = match started {
+        Ok(x) => x,
+        Err(e) => {
+            controllers_stop.cancel();
+            if let Some(el) = &elector {
+                el.release().await;
+            }
+            return Err(e);
+        }
+    };
+
+    // Run until shutdown or leadership loss.
+    let lost = match &elector {
+        Some(el) => el.hold(&shutdown).await == HoldOutcome::Lost,
+        None => {
+            shutdown.cancelled().await;
+            false
+        }
+    };
+    info!(lost, "stopping controllers");
+    controllers_stop.cancel();
+    let stop = Instant::now();
+    let _ = tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(handles)).await;
+    if !events.flush(Duration::from_secs(5)).await {
+        warn!("some events could not be written before shutdown");
+    }
+    for name in controllers::CONTROLLER_NAMES {
+        metrics
+            .running_managed_controllers
+            .with_label_values(&[legacy_name(name), "cloud-controller-manager"])
+            .set(0);
+    }
+    if lost {
+        return Err(AppError::LeaderElectionLost);
+    }
+    if let Some(el) = &elector {
+        el.release().await;
+    }
+    info!(took = ?stop.elapsed(), "cloud-controller-manager stopped");
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn start_controllers(
+    validated: &ValidatedOptions,
+    spec: &ProviderSpec,
+    registry: &ControllerRegistry,
+    cloud: Arc<dyn CloudProvider>,
+    root: kube::Client,
+    config: kube::Config,
+    metrics: Arc<Metrics>,
+    endpoints: &Endpoints,
+    stop: CancellationToken,
+) -> Result<(EventBroadcaster, Vec<tokio::task::JoinHandle<()>>), AppError> {
+    let opts = &validated.options;
+    let (qps, burst) = (opts.generic.kube_api_qps, opts.generic.kube_api_burst);
+    // Events go through their own client (and rate limiter) so that recording them never
+    // delays a controller's writes.
+    let events_client = build_client(config.clone(), qps, burst, "cloud-controller-manager/events")?;
+    let events = EventBroadcaster::start(events_client, hostname(), hostname());
+
+    // One client (and QPS budget) per controller client name, as upstream's client builder.
+    let mut clients = HashMap::new();
+    for name in [
+        controllers::node::CLIENT_NAME,
+        controllers::service::CLIENT_NAME,
+        controllers::route::CLIENT_NAME,
+    ] {
+        let client = if opts.generic.use_service_account_credentials {
+            clients::service_account_client(&root, &config, name, qps, burst, stop.clone())
+                .await
+                .map_err(AppError::ServiceAccounts)?
+        } else {
+            build_client(
+                config.clone(),
+                qps,
+                burst,
+                &format!("cloud-controller-manager/{name}"),
+            )?
+        };
+        clients.insert(name.to_string(), client);
+    }
+    let controllers_config = ControllersConfig {
+        cluster_name: opts.generic.cluster_name.clone(),
+        cluster_cidrs: validated.cluster_cidrs.clone(),
+        node_status_update_frequency: opts.node.node_status_update_frequency,
+        node_monitor_period: opts.generic.node_monitor_period,
+        route_reconciliation_period: opts.generic.route_reconciliation_period,
+        concurrent_node_syncs: opts.node.concurrent_node_syncs.max(1) as usize,
+        concurrent_node_status_updates: opts.node.concurrent_node_status_updates.max(0) as usize,
+        concurrent_service_syncs: opts.service.concurrent_service_syncs.max(1) as usize,
+    };
+    let mut ctx = ControllerContext::new(
+        root.clone(),
+        cloud.clone(),
+        controllers_config,
+        metrics.clone(),
+        events.clone(),
+        stop.clone(),
+    );
+    ctx.clients = Arc::new(clients);
+    let mut handles = ctx.start_informers();
+    {
+        let (nodes, services) = (ctx.nodes.store(), ctx.services.store());
+        endpoints.readyz.add(
+            "informer-sync",
+            Arc::new(move || {
+                if nodes.has_synced() && services.has_synced() {
+                    Ok(())
+                } else {
+                    Err("shared informers have not synced".into())
+                }
+            }),
+        );
+    }
+    cloud
+        .initialize(InitContext {
+            client: root,
+            nodes: ctx.nodes.store(),
+            shutdown: stop.clone(),
+        })
+        .await
+        .map_err(|e| AppError::Initialize(e.to_string()))?;
+
+    let route_on = opts.generic.configure_cloud_routes;
+    for name in controllers::CONTROLLER_NAMES {
+        if !registry.is_enabled(name, &validated.controllers) {
+            warn!(controller = name, "{name:?} is disabled");
+            continue;
+        }
+        if name == controllers::route::NAME && !route_on {
+            info!("Will not configure cloud provider routes, --configure-cloud-routes: false");
+            continue;
+        }
+        match start_controller(name, &ctx) {
+            Ok(handle) => {
+                info!(controller = name, client = client_name(name), "Started {name:?}");
+                metrics
+                    .running_managed_controllers
+                    .with_label_values(&[legacy_name(name), "cloud-controller-manager"])
+                    .set(1);
+                let alive = Arc::new(parking_lot::Mutex::new(Some(handle.abort_handle())));
+                let probe = alive.clone();
+                endpoints.healthz.add(
+                    name,
+                    Arc::new(move || match probe.lock().as_ref() {
+                        Some(h) if h.is_finished() => Err("controller stopped".into()),
+                        _ => Ok(()),
+                    }),
+                );
+                handles.push(handle);
+            }
+            Err(reason) => warn!(controller = name, reason = %reason, "Skipping {name:?}: {reason}"),
+        }
+        if !opts.generic.controller_start_interval.is_zero() {
+            let jitter = 1.0 + rand::random::<f64>();
+            tokio::time::sleep(opts.generic.controller_start_interval.mul_f64(jitter)).await;
+        }
+    }
+    let _ = spec;
+    Ok((events, handles))
+}

@@ -1,0 +1,357 @@
+//! The cloud-controller-manager's flags, with upstream names and defaults (spec §6.2), grouped
+//! in `--help` as upstream groups them.
+//!
+//! Booleans take Go's form (`--leader-elect`, `--leader-elect=false`); durations take Go's
+//! (`10s`, `5m0s`).
+
+use std::{net::IpAddr, path::PathBuf, time::Duration};
+
+use clap::{ArgAction, Args, Parser};
+use k8s_controller_manager::{
+    controllers::ControllerRegistry, duration::parse_go_duration, leaderelection::LeaderElectionConfig,
+};
+
+use crate::{controllers::route::parse_cluster_cidrs, service::helpers::parse_go_bool};
+
+fn go_bool(s: &str) -> Result<bool, String> {
+    parse_go_bool(s).ok_or_else(|| format!("invalid boolean {s:?} (use true or false)"))
+}
+
+fn go_duration(s: &str) -> Result<Duration, String> {
+    parse_go_duration(s)
+}
+
+/// Every flag of the cloud-controller-manager.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "cloud-controller-manager",
+    about = "The Cloud controller manager is a daemon that embeds the cloud specific control loops shipped with Kubernetes.",
+    version,
+    disable_help_subcommand = true,
+    max_term_width = 110
+)]
+pub struct Options {
+    /// Cloud provider flags.
+    #[command(flatten, next_help_heading = "Cloud provider flags")]
+    pub cloud: CloudProviderFlags,
+    /// Generic flags.
+    #[command(flatten, next_help_heading = "Generic flags")]
+    pub generic: GenericFlags,
+    /// Leader election flags.
+    #[command(flatten, next_help_heading = "Leader election flags")]
+    pub leader_election: LeaderElectionFlags,
+    /// Node controller flags.
+    #[command(flatten, next_help_heading = "Node controller flags")]
+    pub node: NodeControllerFlags,
+    /// Service controller flags.
+    #[command(flatten, next_help_heading = "Service controller flags")]
+    pub service: ServiceControllerFlags,
+    /// Secure serving flags.
+    #[command(flatten, next_help_heading = "Secure serving flags")]
+    pub serving: SecureServingFlags,
+    /// Misc flags.
+    #[command(flatten, next_help_heading = "Misc flags")]
+    pub misc: MiscFlags,
+    /// Logging flags.
+    #[command(flatten, next_help_heading = "Logging flags")]
+    pub logging: LoggingFlags,
+}
+
+/// Cloud provider flags.
+#[derive(Debug, Clone, Args)]
+pub struct CloudProviderFlags {
+    /// The provider for cloud services. Empty string for no provider.
+    #[arg(long = "cloud-provider", default_value = "")]
+    pub cloud_provider: String,
+    /// The path to the cloud provider configuration file. Empty string for no configuration file.
+    #[arg(long = "cloud-config")]
+    pub cloud_config: Option<PathBuf>,
+    /// Allow the cluster to run without the cluster-id on cloud instances (deprecated).
+    #[arg(long = "allow-untagged-cloud", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", value_parser = go_bool)]
+    pub allow_untagged_cloud: bool,
+}
+
+/// Generic controller-manager flags.
+#[derive(Debug, Clone, Args)]
+pub struct GenericFlags {
+    /// A list of controllers to enable. '*' enables all on-by-default controllers, 'foo' enables
+    /// the controller named 'foo', '-foo' disables the controller named 'foo'. Controllers:
+    /// cloud-node-controller (cloud-node), cloud-node-lifecycle-controller (cloud-node-lifecycle),
+    /// service-lb-controller (service), node-route-controller (route).
+    #[arg(long = "controllers", value_delimiter = ',', default_value = "*")]
+    pub controllers: Vec<String>,
+    /// The instance prefix for the cluster.
+    #[arg(long = "cluster-name", default_value = "kubernetes")]
+    pub cluster_name: String,
+    /// CIDR Range for Pods in cluster (comma-separated, one per IP family).
+    #[arg(long = "cluster-cidr", default_value = "")]
+    pub cluster_cidr: String,
+    /// Should CIDRs for Pods be allocated and set on the cloud provider.
+    #[arg(long = "allocate-node-cidrs", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", value_parser = go_bool)]
+    pub allocate_node_cidrs: bool,
+    /// Type of CIDR allocator to use (node IPAM is not part of this controller manager; accepted for compatibility).
+    #[arg(long = "cidr-allocator-type", default_value = "RangeAllocator")]
+    pub cidr_allocator_type: String,
+    /// Should CIDRs allocated by allocate-node-cidrs be configured on the cloud provider.
+    #[arg(long = "configure-cloud-routes", default_value_t = true, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", value_parser = go_bool)]
+    pub configure_cloud_routes: bool,
+    /// The period for reconciling routes created for Nodes by cloud provider.
+    #[arg(long = "route-reconciliation-period", default_value = "10s", value_parser = go_duration)]
+    pub route_reconciliation_period: Duration,
+    /// The period for syncing NodeStatus in the cloud-node-lifecycle controller.
+    #[arg(long = "node-monitor-period", default_value = "5s", value_parser = go_duration)]
+    pub node_monitor_period: Duration,
+    /// The resync period in reflectors will be random between MinResyncPeriod and 2*MinResyncPeriod.
+    #[arg(long = "min-resync-period", default_value = "12h0m0s", value_parser = go_duration)]
+    pub min_resync_period: Duration,
+    /// Interval between starting controller managers.
+    #[arg(long = "controller-start-interval", default_value = "0s", value_parser = go_duration)]
+    pub controller_start_interval: Duration,
+    /// If true, use individual service account credentials for each controller.
+    #[arg(long = "use-service-account-credentials", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", value_parser = go_bool)]
+    pub use_service_account_credentials: bool,
+    /// QPS to use while talking with kubernetes apiserver.
+    #[arg(long = "kube-api-qps", default_value_t = 20.0)]
+    pub kube_api_qps: f32,
+    /// Burst to use while talking with kubernetes apiserver.
+    #[arg(long = "kube-api-burst", default_value_t = 30)]
+    pub kube_api_burst: u32,
+    /// Content type of requests sent to apiserver (JSON is always used; accepted for compatibility).
+    #[arg(
+        long = "kube-api-content-type",
+        default_value = "application/vnd.kubernetes.protobuf"
+    )]
+    pub kube_api_content_type: String,
+}
+
+/// Leader election flags.
+#[derive(Debug, Clone, Args)]
+pub struct LeaderElectionFlags {
+    /// Start a leader election client and gain leadership before executing the main loop.
+    #[arg(long = "leader-elect", default_value_t = true, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", value_parser = go_bool)]
+    pub leader_elect: bool,
+    /// The duration that non-leader candidates will wait after observing a leadership renewal
+    /// until attempting to acquire leadership of a led but unrenewed leader slot.
+    #[arg(long = "leader-elect-lease-duration", default_value = "15s", value_parser = go_duration)]
+    pub lease_duration: Duration,
+    /// The interval between attempts by the acting master to renew a leadership slot before it stops leading.
+    #[arg(long = "leader-elect-renew-deadline", default_value = "10s", value_parser = go_duration)]
+    pub renew_deadline: Duration,
+    /// The duration the clients should wait between attempting acquisition and renewal of a leadership.
+    #[arg(long = "leader-elect-retry-period", default_value = "2s", value_parser = go_duration)]
+    pub retry_period: Duration,
+    /// The type of resource object that is used for locking during leader election. Supported option is 'leases'.
+    #[arg(long = "leader-elect-resource-lock", default_value = "leases")]
+    pub resource_lock: String,
+    /// The name of resource object that is used for locking during leader election.
+    #[arg(
+        long = "leader-elect-resource-name",
+        default_value = "cloud-controller-manager"
+    )]
+    pub resource_name: String,
+    /// The namespace of resource object that is used for locking during leader election.
+    #[arg(long = "leader-elect-resource-namespace", default_value = "kube-system")]
+    pub resource_namespace: String,
+}
+
+/// Node controller flags.
+#[derive(Debug, Clone, Args)]
+pub struct NodeControllerFlags {
+    /// Specifies how often the controller updates nodes' status.
+    #[arg(long = "node-status-update-frequency", default_value = "5m0s", value_parser = go_duration)]
+    pub node_status_update_frequency: Duration,
+    /// Number of workers concurrently synchronizing nodes.
+    #[arg(
+        long = "concurrent-node-syncs",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
+    pub concurrent_node_syncs: i32,
+    /// Number of workers concurrently updating node statuses (0 = same as --concurrent-node-syncs).
+    #[arg(
+        long = "concurrent-node-status-updates",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    pub concurrent_node_status_updates: i32,
+}
+
+/// Service controller flags.
+#[derive(Debug, Clone, Args)]
+pub struct ServiceControllerFlags {
+    /// The number of services that are allowed to sync concurrently.
+    #[arg(
+        long = "concurrent-service-syncs",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
+    pub concurrent_service_syncs: i32,
+}
+
+/// Secure serving flags.
+#[derive(Debug, Clone, Args)]
+pub struct SecureServingFlags {
+    /// The IP address on which to listen for the --secure-port port.
+    #[arg(long = "bind-address", default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+    /// The port on which to serve HTTPS with authentication and authorization. If 0, don't serve HTTPS at all.
+    #[arg(long = "secure-port", default_value_t = crate::well_known::CLOUD_CONTROLLER_MANAGER_PORT)]
+    pub secure_port: u16,
+    /// The directory where the TLS certs are located. Ignored if --tls-cert-file and --tls-private-key-file are provided.
+    #[arg(long = "cert-dir")]
+    pub cert_dir: Option<PathBuf>,
+    /// File containing the default x509 Certificate for HTTPS.
+    #[arg(long = "tls-cert-file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// File containing the default x509 private key matching --tls-cert-file.
+    #[arg(long = "tls-private-key-file")]
+    pub tls_private_key_file: Option<PathBuf>,
+}
+
+/// Misc flags.
+#[derive(Debug, Clone, Args)]
+pub struct MiscFlags {
+    /// Path to kubeconfig file with authorization and master location information.
+    #[arg(long = "kubeconfig")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The address of the Kubernetes API server (overrides any value in kubeconfig).
+    #[arg(long = "master")]
+    pub master: Option<String>,
+}
+
+/// Logging flags.
+#[derive(Debug, Clone, Args)]
+pub struct LoggingFlags {
+    /// Number for the log level verbosity (0–1 info, 2–3 debug, ≥4 trace; RUST_LOG overrides).
+    #[arg(short = 'v', long = "v", default_value_t = 0)]
+    pub verbosity: u8,
+    /// Sets the log format. Permitted formats: "text", "json".
+    #[arg(long = "logging-format", default_value = "text", value_parser = ["text", "json"])]
+    pub logging_format: String,
+}
+
+/// Options after validation, in the types the application uses.
+#[derive(Debug, Clone)]
+pub struct ValidatedOptions {
+    /// The flags as given.
+    pub options: Options,
+    /// `--controllers` with aliases resolved.
+    pub controllers: Vec<String>,
+    /// Parsed `--cluster-cidr`.
+    pub cluster_cidrs: Vec<ipnet::IpNet>,
+    /// Leader election settings (when `--leader-elect`).
+    pub leader_election: Option<LeaderElectionConfig>,
+}
+
+impl Options {
+    /// Validates every flag, collecting all problems; each message names its flag.
+    pub fn validate(&self, registry: &ControllerRegistry) -> Result<ValidatedOptions, Vec<String>> {
+        let mut errors = Vec::new();
+        if self.cloud.cloud_provider.is_empty() {
+            errors.push("--cloud-provider cannot be empty".to_string());
+        } else if self.cloud.cloud_provider == "external" {
+            errors.push("--cloud-provider=external is for kubelet and kube-controller-manager; the cloud-controller-manager needs a real provider".to_string());
+        }
+        let controllers = match registry.resolve(&self.generic.controllers) {
+            Ok(c) => c,
+            Err(e) => {
+                errors.extend(e.into_iter().map(|m| format!("--controllers: {m}")));
+                Vec::new()
+            }
+        };
+        let cluster_cidrs = match parse_cluster_cidrs(&self.generic.cluster_cidr) {
+            Ok(c) => {
+                if !c.is_empty()
+                    && let Err(e) = crate::controllers::route::validate_cluster_cidrs(&c)
+                {
+                    errors.push(format!("--cluster-cidr: {e}"));
+                }
+                c
+            }
+            Err(e) => {
+                errors.push(e);
+                Vec::new()
+            }
+        };
+        if self.node.concurrent_node_syncs <= 0 {
+            errors.push(format!(
+                "--concurrent-node-syncs must be a positive number (got {})",
+                self.node.concurrent_node_syncs
+            ));
+        }
+        if self.node.concurrent_node_status_updates < 0 {
+            errors.push(format!(
+                "--concurrent-node-status-updates cannot be a negative number (got {})",
+                self.node.concurrent_node_status_updates
+            ));
+        }
+        if self.service.concurrent_service_syncs <= 0 {
+            errors.push(format!(
+                "--concurrent-service-syncs must be a positive number (got {})",
+                self.service.concurrent_service_syncs
+            ));
+        }
+        if self.generic.kube_api_qps < 0.0 {
+            errors.push(format!(
+                "--kube-api-qps cannot be negative (got {})",
+                self.generic.kube_api_qps
+            ));
+        }
+        for (flag, d) in [
+            ("--node-monitor-period", self.generic.node_monitor_period),
+            (
+                "--route-reconciliation-period",
+                self.generic.route_reconciliation_period,
+            ),
+            (
+                "--node-status-update-frequency",
+                self.node.node_status_update_frequency,
+            ),
+        ] {
+            if d.is_zero() {
+                errors.push(format!("{flag} must be greater than zero"));
+            }
+        }
+        let le = &self.leader_election;
+        let leader_election = if le.leader_elect {
+            if le.resource_lock != "leases" {
+                errors.push(format!(
+                    "--leader-elect-resource-lock: resourceLock value must be \"leases\" (got {:?})",
+                    le.resource_lock
+                ));
+            }
+            let config = LeaderElectionConfig {
+                namespace: le.resource_namespace.clone(),
+                name: le.resource_name.clone(),
+                identity: k8s_controller_manager::leaderelection::default_identity(),
+                lease_duration: le.lease_duration,
+                renew_deadline: le.renew_deadline,
+                retry_period: le.retry_period,
+            };
+            if let Err(e) = config.validate() {
+                errors.push(e);
+            }
+            Some(config)
+        } else {
+            None
+        };
+        if self.serving.tls_cert_file.is_some() != self.serving.tls_private_key_file.is_some() {
+            errors.push("--tls-cert-file and --tls-private-key-file must be given together".into());
+        }
+        if errors.is_empty() {
+            Ok(ValidatedOptions {
+                options: self.clone(),
+                controllers,
+                cluster_cidrs,
+                leader_election,
+            })
+        } else {
+            Err(errors)
+        }
+    }
+}

@@ -1,0 +1,391 @@
+//! Leader election on `coordination.k8s.io/v1` Leases, with client-go's semantics:
+//!
+//! - a candidate takes the Lease when it is free (no holder) or expired; expiry is judged on
+//!   the candidate's own clock from when it last **observed** the record change (so clock
+//!   skew between nodes does not matter);
+//! - every write carries the read `resourceVersion` (optimistic concurrency): of two
+//!   candidates racing, one gets 409 Conflict and stays a follower;
+//! - the leader renews every `retry_period`; if it cannot renew for `renew_deadline` it has
+//!   lost the lease ([`LeaderElector::hold`] returns [`HoldOutcome::Lost`]; controller managers
+//!   exit then, as upstream does);
+//! - on shutdown the leader releases the Lease ([`LeaderElector::release`]: empty holder, 1 s
+//!   duration), so a standby takes over within one retry period instead of a whole lease
+//!   duration.
+//!
+//! `leader_election_master_status{name}` is 1 while leading. [`LeaderElector::check`] is the
+//! `leaderElection` health check: it fails when this process leads but has not renewed for
+//! longer than `lease_duration + 20s`.
+
+use std::{sync::Arc, time::Duration};
+
+use k8s_openapi::{
+    api::coordination::v1::{Lease, LeaseSpec},
+    apimachinery::pkg::apis::meta::v1::MicroTime,
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client,
+    api::{ObjectMeta, PostParams},
+};
+use parking_lot::Mutex;
+use prometheus::IntGaugeVec;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// Timing and identity of one election.
+#[derive(Debug, Clone)]
+pub struct LeaderElectionConfig {
+    /// Namespace of the Lease (`--leader-elect-resource-namespace`).
+    pub namespace: String,
+    /// Name of the Lease (`--leader-elect-resource-name`).
+    pub name: String,
+    /// This candidate's identity (`<hostname>_<uuid>`).
+    pub identity: String,
+    /// `--leader-elect-lease-duration` (15 s).
+    pub lease_duration: Duration,
+    /// `--leader-elect-renew-deadline` (10 s).
+    pub renew_deadline: Duration,
+    /// `--leader-elect-retry-period` (2 s).
+    pub retry_period: Duration,
+}
+
+impl LeaderElectionConfig {
+    /// Validates the timing rules of client-go.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.lease_duration <= self.renew_deadline {
+            return Err(
+                "--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline".into(),
+            );
+        }
+        if self.renew_deadline.as_secs_f64() <= 1.2 * self.retry_period.as_secs_f64() {
+            return Err(
+                "--leader-elect-renew-deadline must be greater than 1.2 × --leader-elect-retry-period".into(),
+            );
+        }
+        if self.retry_period.is_zero() {
+            return Err("--leader-elect-retry-period must be greater than zero".into());
+        }
+        if self.name.is_empty() {
+            return Err("--leader-elect-resource-name must not be empty".into());
+        }
+        Ok(())
+    }
+}
+
+/// How holding the lease ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldOutcome {
+    /// Renewal failed for longer than the renew deadline, or another holder took the lease.
+    Lost,
+    /// Shutdown was requested. The caller stops its controllers, then calls
+    /// [`LeaderElector::release`].
+    Shutdown,
+}
+
+#[derive(Debug, Default)]
+struct Observed {
+    holder: String,
+    renew_time: Option<Timestamp>,
+    lease_duration: Duration,
+    /// When this candidate last saw the record change.
+    at: Option<Instant>,
+}
+
+/// One candidate in one election.
+pub struct LeaderElector {
+    api: Api<Lease>,
+    config: LeaderElectionConfig,
+    observed: Mutex<Observed>,
+    last_renew: Mutex<Option<Instant>>,
+    leading: Mutex<bool>,
+    gauge: Option<IntGaugeVec>,
+}
+
+impl std::fmt::Debug for LeaderElector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderElector")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaderElector {
+    /// A candidate using `client`; `gauge` is `leader_election_master_status`.
+    pub fn new(client: Client, config: LeaderElectionConfig, gauge: Option<IntGaugeVec>) -> Arc<Self> {
+        if let Some(g) = &gauge {
+            g.with_label_values(&[&config.name]).set(0);
+        }
+        Arc::new(Self {
+            api: Api::namespaced(client, &config.namespace),
+            config,
+            observed: Mutex::new(Observed::default()),
+            last_renew: Mutex::new(None),
+            leading: Mutex::new(false),
+            gauge,
+        })
+    }
+
+    /// The election's settings.
+    pub fn config(&self) -> &LeaderElectionConfig {
+        &self.config
+    }
+
+    /// Whether this candidate currently leads.
+    pub fn is_leader(&self) -> bool {
+        *self.leading.lock()
+    }
+
+    /// The holder this candidate last observed.
+    pub fn observed_holder(&self) -> String {
+        self.observed.lock().holder.clone()
+    }
+
+    /// Tries every `retry_period` (jittered) until this candidate leads (`true`) or `shutdown`
+    /// is cancelled (`false`).
+    pub async fn acquire(&self, shutdown: &CancellationToken) -> bool {
+        info!(lease = %self.lease_ref(), identity = %self.config.identity, "attempting to acquire leader lease");
+        loop {
+            match self.try_acquire_or_renew().await {
+                Ok(true) => {
+                    info!(lease = %self.lease_ref(), identity = %self.config.identity, "successfully acquired lease");
+                    self.set_leading(true);
+                    return true;
+                }
+                Ok(false) => {
+                    debug!(lease = %self.lease_ref(), holder = %self.observed_holder(), "lease is held by another candidate")
+                }
+                Err(e) => warn!(lease = %self.lease_ref(), error = %e, "error retrieving or updating lease"),
+            }
+            let jitter = 1.0 + rand::random::<f64>() * 1.2;
+            tokio::select! {
+                _ = tokio::time::sleep(self.config.retry_period.mul_f64(jitter)) => {}
+                _ = shutdown.cancelled() => return false,
+            }
+        }
+    }
+
+    /// Renews every `retry_period` while leading. Returns [`HoldOutcome::Lost`] when renewals
+    /// fail for `renew_deadline`, or [`HoldOutcome::Shutdown`] when `shutdown` is cancelled
+    /// (the lease is still held: release it once the controllers have stopped).
+    pub async fn hold(&self, shutdown: &CancellationToken) -> HoldOutcome {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(self.config.retry_period) => {}
+                _ = shutdown.cancelled() => return HoldOutcome::Shutdown,
+            }
+            let deadline = self.last_renew.lock().unwrap_or_else(Instant::now) + self.config.renew_deadline;
+            let attempt = tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await;
+            match attempt {
+                Ok(Ok(true)) => {}
+                Ok(Ok(false)) => {
+                    warn!(lease = %self.lease_ref(), holder = %self.observed_holder(), "leaderelection lost: another candidate holds the lease");
+                    self.set_leading(false);
+                    return HoldOutcome::Lost;
+                }
+                Ok(Err(e)) => warn!(lease = %self.lease_ref(), error = %e, "failed to renew lease"),
+                Err(_) => {}
+            }
+            if Instant::now() >= deadline {
+                warn!(lease = %self.lease_ref(), "leaderelection lost: failed to renew within the renew deadline");
+                self.set_leading(false);
+                return HoldOutcome::Lost;
+            }
+        }
+    }
+
+    /// The `leaderElection` health check.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.is_leader() {
+            return Ok(());
+        }
+        let last = *self.last_renew.lock();
+        let limit = self.config.lease_duration + Duration::from_secs(20);
+        match last {
+            Some(t) if t.elapsed() > limit => Err(format!(
+                "failed election to renew leadership on lease {}: last renewal {:?} ago",
+                self.config.name,
+                t.elapsed()
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn lease_ref(&self) -> String {
+        format!("{}/{}", self.config.namespace, self.config.name)
+    }
+
+    fn set_leading(&self, leading: bool) {
+        *self.leading.lock() = leading;
+        if let Some(g) = &self.gauge {
+            g.with_label_values(&[&self.config.name]).set(i64::from(leading));
+        }
+    }
+
+    /// One client-go `tryAcquireOrRenew`. `Ok(true)` when this candidate holds the lease now.
+    async fn try_acquire_or_renew(&self) -> Result<bool, kube::Error> {
+        let now = Timestamp::now();
+        let me = self.config.identity.as_str();
+        let duration_secs = self.config.lease_duration.as_secs().max(1) as i32;
+        let Some(mut lease) = self.api.get_opt(&self.config.name).await? else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.config.name.clone()),
+                    namespace: Some(self.config.namespace.clone()),
+                    ..Default::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(me.to_string()),
+                    lease_duration_seconds: Some(duration_secs),
+                    acquire_time: Some(MicroTime(now)),
+                    renew_time: Some(MicroTime(now)),
+                    lease_transitions: Some(0),
+                    ..Default::default()
+                }),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => {
+                    self.observe(me, Some(now), self.config.lease_duration);
+                    *self.last_renew.lock() = Some(Instant::now());
+                    Ok(true)
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                Err(e) => Err(e),
+            };
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let renew = spec.renew_time.as_ref().map(|t| t.0);
+        let held_for = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(0).max(0) as u64);
+        self.observe(&holder, renew, held_for);
+        if !holder.is_empty() && holder != me {
+            let observed = self.observed.lock();
+            let expired = observed
+                .at
+                .is_none_or(|at| at + observed.lease_duration <= Instant::now());
+            if !expired {
+                return Ok(false);
+            }
+        }
+        let transitions = spec.lease_transitions.unwrap_or(0);
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        if holder != me {
+            spec.acquire_time = Some(MicroTime(now));
+            spec.lease_transitions = Some(transitions + 1);
+        }
+        spec.holder_identity = Some(me.to_string());
+        spec.lease_duration_seconds = Some(duration_secs);
+        spec.renew_time = Some(MicroTime(now));
+        // `replace` sends the read resourceVersion: a concurrent writer makes this a 409.
+        match self
+            .api
+            .replace(&self.config.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => {
+                self.observe(me, Some(now), self.config.lease_duration);
+                *self.last_renew.lock() = Some(Instant::now());
+                Ok(true)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn observe(&self, holder: &str, renew_time: Option<Timestamp>, lease_duration: Duration) {
+        let mut o = self.observed.lock();
+        if o.at.is_none() || o.holder != holder || o.renew_time != renew_time {
+            o.holder = holder.to_string();
+            o.renew_time = renew_time;
+            o.at = Some(Instant::now());
+        }
+        o.lease_duration = lease_duration;
+    }
+
+    /// Gives the lease up (if held): empty holder, 1 s duration.
+    pub async fn release(&self) {
+        if !self.is_leader() {
+            return;
+        }
+        self.set_leading(false);
+        let result = async {
+            let Some(mut lease) = self.api.get_opt(&self.config.name).await? else {
+                return Ok(());
+            };
+            let spec = lease.spec.get_or_insert_with(Default::default);
+            if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
+                return Ok(());
+            }
+            let now = MicroTime(Timestamp::now());
+            spec.holder_identity = None;
+            spec.lease_duration_seconds = Some(1);
+            spec.renew_time = Some(now.clone());
+            spec.acquire_time = Some(now);
+            self.api
+                .replace(&self.config.name, &PostParams::default(), &lease)
+                .await
+                .map(|_| ())
+        }
+        .await;
+        match result {
+            Ok(()) => info!(lease = %self.lease_ref(), "released leader lease"),
+            Err(e) => warn!(lease = %self.lease_ref(), error = %e, "failed to release leader lease"),
+        }
+    }
+}
+
+/// `<hostname>_<uuid>`, as upstream builds identities.
+pub fn default_identity() -> String {
+    format!("{}_{}", hostname(), uuid::Uuid::new_v4())
+}
+
+/// The machine's host name (`/proc/sys/kernel/hostname`, else `$HOSTNAME`, else `localhost`).
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(lease: u64, renew: u64, retry: u64) -> LeaderElectionConfig {
+        LeaderElectionConfig {
+            namespace: "kube-system".into(),
+            name: "cloud-controller-manager".into(),
+            identity: "a".into(),
+            lease_duration: Duration::from_secs(lease),
+            renew_deadline: Duration::from_secs(renew),
+            retry_period: Duration::from_secs(retry),
+        }
+    }
+
+    #[test]
+    fn timing_rules() {
+        assert!(cfg(15, 10, 2).validate().is_ok());
+        assert!(
+            cfg(10, 10, 2)
+                .validate()
+                .unwrap_err()
+                .contains("--leader-elect-lease-duration")
+        );
+        assert!(
+            cfg(15, 2, 2)
+                .validate()
+                .unwrap_err()
+                .contains("--leader-elect-renew-deadline")
+        );
+    }
+
+    #[test]
+    fn identity_has_host_and_uuid() {
+        let id = default_identity();
+        let (host, uuid) = id.rsplit_once('_').unwrap();
+        assert!(!host.is_empty());
+        assert_eq!(uuid.len(), 36);
+    }
+}

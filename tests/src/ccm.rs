@@ -1,0 +1,138 @@
+//! A cloud-controller-manager binary of this workspace running as a real process against a
+//! [`crate::TestCluster`], with helpers to read its HTTPS endpoints.
+
+use std::{path::Path, time::Duration};
+
+use anyhow::{Context, Result, bail};
+use nix::sys::signal::Signal;
+
+use crate::{
+    paths,
+    process::{ManagedProcess, free_port},
+};
+
+/// A running CCM process.
+pub struct CcmProcess {
+    process: ManagedProcess,
+    port: u16,
+    http: reqwest::Client,
+    name: String,
+}
+
+impl std::fmt::Debug for CcmProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CcmProcess")
+            .field("name", &self.name)
+            .field("port", &self.port)
+            .finish()
+    }
+}
+
+impl CcmProcess {
+    /// Starts `binary` (a workspace binary name) with `--kubeconfig`, a free `--secure-port` on
+    /// 127.0.0.1, and `args`. Its log goes to `dir/<name>.log`.
+    pub fn start(binary: &str, name: &str, kubeconfig: &Path, dir: &Path, args: &[String]) -> Result<Self> {
+        crate::init();
+        let bin = paths::workspace_binary(binary)?;
+        let port = free_port();
+        let mut all = vec![
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--bind-address=127.0.0.1".to_string(),
+            format!("--secure-port={port}"),
+        ];
+        all.extend(args.iter().cloned());
+        let process = ManagedProcess::spawn(
+            name,
+            &bin,
+            &all,
+            &[("RUST_LOG".into(), "info,k8s_cloud_provider=debug".into())],
+            &dir.join(format!("{name}.log")),
+            Signal::SIGTERM,
+        )?;
+        let http = reqwest::Client::builder()
+            .tls_danger_accept_invalid_certs(true)
+            .timeout(Duration::from_secs(5))
+            .build()?;
+        Ok(Self {
+            process,
+            port,
+            http,
+            name: name.to_string(),
+        })
+    }
+
+    /// The `--secure-port`.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// GET `https://127.0.0.1:<port><path>`: `(status, body)`.
+    pub async fn get(&self, path: &str) -> Result<(u16, String)> {
+        let r = self
+            .http
+            .get(format!("https://127.0.0.1:{}{path}", self.port))
+            .send()
+            .await
+            .with_context(|| format!("GET {path} on {}", self.name))?;
+        Ok((r.status().as_u16(), r.text().await?))
+    }
+
+    /// The `/metrics` text.
+    pub async fn metrics(&self) -> Result<String> {
+        let (status, body) = self.get("/metrics").await?;
+        if status != 200 {
+            bail!("/metrics answered {status}");
+        }
+        Ok(body)
+    }
+
+    /// Whether `/metrics` says this process leads `lease` (`leader_election_master_status`).
+    pub async fn is_leader(&self, lease: &str) -> bool {
+        self.metrics()
+            .await
+            .is_ok_and(|m| m.contains(&format!("leader_election_master_status{{name=\"{lease}\"}} 1")))
+    }
+
+    /// Whether `/metrics` says the controller (legacy name) runs here.
+    pub async fn runs_controller(&self, legacy_name: &str) -> bool {
+        self.metrics().await.is_ok_and(|m| {
+            m.contains(&format!(
+                "running_managed_controllers{{manager=\"cloud-controller-manager\",name=\"{legacy_name}\"}} 1"
+            ))
+        })
+    }
+
+    /// The process log so far.
+    pub fn log(&self) -> String {
+        self.process.log()
+    }
+
+    /// Sends a signal (e.g. SIGKILL, SIGTERM).
+    pub fn signal(&self, signal: Signal) -> Result<()> {
+        self.process.signal(signal)
+    }
+
+    /// Waits for the process to exit; its exit code.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Result<Option<i32>> {
+        self.process.wait_exit(timeout)
+    }
+
+    /// Fails if the process has exited.
+    pub fn check_running(&mut self) -> Result<()> {
+        self.process.check_running()
+    }
+}
+
+/// Runs `binary` with `args` to completion (no cluster needed for flag errors): `(code, stdout, stderr)`.
+pub fn run_to_exit(binary: &str, args: &[&str]) -> Result<(i32, String, String)> {
+    let bin = paths::workspace_binary(binary)?;
+    let out = std::process::Command::new(bin)
+        .args(args)
+        .env("RUST_LOG", "off")
+        .output()?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    ))
+}

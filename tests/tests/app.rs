@@ -1,0 +1,410 @@
+//! The cloud-controller-manager application as real processes against a real kube-apiserver:
+//! leader election and fail-over, health and metrics endpoints, `--controllers`, bad flags.
+
+use std::{
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use anyhow::Result;
+use k8s_cloud_provider::well_known::FINALIZER_LOAD_BALANCER_CLEANUP;
+use k8s_openapi::api::core::v1::{Node, Service, ServicePort, ServiceSpec};
+use kube::{
+    Api,
+    api::{ObjectMeta, PostParams},
+};
+use nix::sys::signal::Signal;
+use rcp_e2e::{
+    TestCluster,
+    ccm::{CcmProcess, run_to_exit},
+    k8s::{tainted_node, wait_for},
+};
+
+const FAKE: &str = "fake-cloud-controller-manager";
+const LEASE: &str = "cloud-controller-manager";
+
+fn fake_config(cluster: &TestCluster, nodes: &[&str]) -> Result<PathBuf> {
+    let instances: serde_json::Map<String, serde_json::Value> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            (
+                n.to_string(),
+                serde_json::json!({
+                    "providerID": format!("fake://i-{i}"),
+                    "instanceType": "fake.large",
+                    "zone": "fake-zone-a",
+                    "region": "fake-region",
+                    "addresses": [{"type": "InternalIP", "address": format!("10.1.0.{}", i + 1)}]
+                }),
+            )
+        })
+        .collect();
+    let path = cluster.dir().join("fake-cloud.json");
+    std::fs::write(
+        &path,
+        serde_json::to_vec(&serde_json::json!({ "instances": instances }))?,
+    )?;
+    Ok(path)
+}
+
+fn args(config: &std::path::Path, extra: &[&str]) -> Vec<String> {
+    let mut a = vec![
+        format!("--cloud-config={}", config.display()),
+        "--cluster-cidr=10.244.0.0/16".to_string(),
+    ];
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+#[tokio::test]
+async fn exactly_one_leader_runs_controllers_and_fails_over_on_kill_and_sigterm() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let config = fake_config(&cluster, &[])?;
+    let kc = cluster.kubeconfig_path().to_path_buf();
+    let a = CcmProcess::start(FAKE, "ccm-a", &kc, cluster.dir(), &args(&config, &[]))?;
+    wait_for("a leads", Duration::from_secs(30), || async {
+        a.is_leader(LEASE).await.then_some(())
+    })
+    .await?;
+    let mut b = CcmProcess::start(FAKE, "ccm-b", &kc, cluster.dir(), &args(&config, &[]))?;
+    wait_for("b serves /healthz", Duration::from_secs(30), || async {
+        (b.get("/healthz").await.ok()?.0 == 200).then_some(())
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // Exactly one runs the controllers.
+    assert!(a.is_leader(LEASE).await && a.runs_controller("cloud-node").await);
+    assert!(!b.is_leader(LEASE).await, "b must be a follower");
+    assert!(
+        !b.runs_controller("cloud-node").await,
+        "a follower runs no controller"
+    );
+    assert_eq!(b.get("/readyz").await?.0, 200, "a healthy follower is ready");
+
+    // kill -9 the leader: b takes over once the lease expires.
+    a.signal(Signal::SIGKILL)?;
+    let killed = Instant::now();
+    wait_for("b leads after kill -9", Duration::from_secs(40), || async {
+        b.is_leader(LEASE).await.then_some(())
+    })
+    .await?;
+    let failover = killed.elapsed();
+    wait_for("b runs controllers", Duration::from_secs(10), || async {
+        b.runs_controller("cloud-node").await.then_some(())
+    })
+    .await?;
+    println!("leader fail-over after kill -9: {failover:.2?} (lease duration 15s, retry period 2s)");
+    // Bound: lease duration + retry period, plus client-go's retry jitter (×1.2) on the two
+    // polls that bracket the expiry.
+    assert!(
+        failover <= Duration::from_secs_f64(15.0 + 2.0 * 2.2 + 1.0),
+        "fail-over took {failover:?}"
+    );
+
+    // SIGTERM the leader: it releases the lease, and a standby takes over at its next retry.
+    let c = CcmProcess::start(FAKE, "ccm-c", &kc, cluster.dir(), &args(&config, &[]))?;
+    wait_for("c serves /healthz", Duration::from_secs(30), || async {
+        (c.get("/healthz").await.ok()?.0 == 200).then_some(())
+    })
+    .await?;
+    b.signal(Signal::SIGTERM)?;
+    let termed = Instant::now();
+    wait_for("c leads after SIGTERM of b", Duration::from_secs(20), || async {
+        c.is_leader(LEASE).await.then_some(())
+    })
+    .await?;
+    let handover = termed.elapsed();
+    println!("leader hand-over after SIGTERM: {handover:.2?}");
+    assert!(
+        handover <= Duration::from_secs_f64(2.0 * 2.2 + 1.5),
+        "hand-over took {handover:?}"
+    );
+    assert_eq!(
+        b.wait_exit(Duration::from_secs(20))?,
+        Some(0),
+        "graceful shutdown exits 0"
+    );
+    assert!(b.log().contains("released leader lease"), "{}", b.log());
+    Ok(())
+}
+
+#[tokio::test]
+async fn health_readiness_and_metrics_after_a_node_is_initialised() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let config = fake_config(&cluster, &["metrics-node"])?;
+    let ccm = CcmProcess::start(
+        FAKE,
+        "ccm",
+        cluster.kubeconfig_path(),
+        cluster.dir(),
+        &args(&config, &[]),
+    )?;
+    let client = cluster.client().await?;
+    let nodes: Api<Node> = Api::all(client);
+    nodes
+        .create(&PostParams::default(), &tainted_node("metrics-node"))
+        .await?;
+    wait_for("node initialised", Duration::from_secs(60), || async {
+        let n = nodes.get("metrics-node").await.ok()?;
+        n.spec.as_ref()?.provider_id.clone().filter(|p| p == "fake://i-0")
+    })
+    .await?;
+
+    let (status, body) = ccm.get("/healthz").await?;
+    assert_eq!((status, body.as_str()), (200, "ok"));
+    let (_, verbose) = ccm.get("/healthz?verbose").await?;
+    for line in [
+        "[+]ping ok",
+        "[+]leaderElection ok",
+        "[+]cloud-node-controller ok",
+        "[+]service-lb-controller ok",
+        "healthz check passed",
+    ] {
+        assert!(verbose.contains(line), "missing {line:?} in:\n{verbose}");
+    }
+    assert_eq!(ccm.get("/livez").await?.0, 200);
+    let (status, ready) = ccm.get("/readyz?verbose").await?;
+    assert_eq!(status, 200, "{ready}");
+    assert!(ready.contains("[+]informer-sync ok"), "{ready}");
+    assert_eq!(ccm.get("/nope").await?.0, 404);
+
+    let metrics = wait_for("taint removal metric", Duration::from_secs(10), || async {
+        let m = ccm.metrics().await.ok()?;
+        m.contains("node_controller_initial_node_sync_delay_seconds_count 1")
+            .then_some(m)
+    })
+    .await?;
+    for name in [
+        "node_controller_cloud_provider_taint_removal_delay_seconds_count 1",
+        "node_controller_initial_node_sync_delay_seconds_count 1",
+        "running_managed_controllers{manager=\"cloud-controller-manager\",name=\"cloud-node\"} 1",
+        "running_managed_controllers{manager=\"cloud-controller-manager\",name=\"cloud-node-lifecycle\"} 1",
+        "running_managed_controllers{manager=\"cloud-controller-manager\",name=\"service\"} 1",
+        "running_managed_controllers{manager=\"cloud-controller-manager\",name=\"route\"} 1",
+        "leader_election_master_status{name=\"cloud-controller-manager\"} 1",
+        "workqueue_adds_total{name=\"Nodes\"}",
+        "workqueue_depth{name=\"Nodes\"}",
+        "workqueue_queue_duration_seconds_bucket{name=\"Nodes\"",
+        "workqueue_work_duration_seconds_bucket{name=\"Nodes\"",
+        "service_controller_loadbalancer_sync_total",
+        "service_controller_nodesync_latency_seconds",
+        "service_controller_update_loadbalancer_host_latency_seconds",
+        "service_controller_nodesync_error_total",
+        "route_controller_route_sync_total",
+        "controller_reconcile_total{controller=\"cloud-node-controller\",result=\"success\"}",
+        "controller_reconcile_duration_seconds_bucket{controller=\"cloud-node-controller\"",
+        "cloudprovider_api_calls_total{controller=\"cloud-node-controller\",operation=\"InstanceMetadata\",result=\"success\"} 1",
+        "process_resident_memory_bytes",
+    ] {
+        assert!(metrics.contains(name), "/metrics lacks {name}");
+    }
+    Ok(())
+}
+
+fn lb_service(name: &str) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("LoadBalancer".into()),
+            ports: Some(vec![ServicePort {
+                port: 80,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+#[tokio::test]
+async fn controllers_flag_disables_the_service_controller_by_name_and_by_alias() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let config = fake_config(&cluster, &["sel-node-1", "sel-node-2"])?;
+    let client = cluster.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let services: Api<Service> = Api::namespaced(client, "default");
+    services
+        .create(&PostParams::default(), &lb_service("ignored"))
+        .await?;
+
+    for (i, flag) in [
+        "--controllers=*,-service-lb-controller",
+        "--controllers=*,-service",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut ccm = CcmProcess::start(
+            FAKE,
+            &format!("ccm-{i}"),
+            cluster.kubeconfig_path(),
+            cluster.dir(),
+            &args(&config, &[flag, "--leader-elect=false"]),
+        )?;
+        let node = format!("sel-node-{}", i + 1);
+        nodes.create(&PostParams::default(), &tainted_node(&node)).await?;
+        wait_for("node initialised", Duration::from_secs(60), || async {
+            nodes
+                .get(&node)
+                .await
+                .ok()?
+                .spec?
+                .provider_id
+                .filter(|p| !p.is_empty())
+        })
+        .await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let svc = services.get("ignored").await?;
+        assert!(
+            !svc.metadata
+                .finalizers
+                .unwrap_or_default()
+                .contains(&FINALIZER_LOAD_BALANCER_CLEANUP.to_string()),
+            "{flag}: the service controller must not touch the Service"
+        );
+        assert!(
+            ccm.log().contains("\"service-lb-controller\" is disabled"),
+            "{flag}: log:\n{}",
+            ccm.log()
+        );
+        assert!(!ccm.runs_controller("service").await && ccm.runs_controller("cloud-node").await);
+        ccm.signal(Signal::SIGTERM)?;
+        assert_eq!(ccm.wait_exit(Duration::from_secs(20))?, Some(0));
+    }
+    Ok(())
+}
+
+fn dummy_kubeconfig() -> Result<tempfile::NamedTempFile> {
+    let f = tempfile::NamedTempFile::new()?;
+    std::fs::write(
+        f.path(),
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\nusers:\n- name: u\n  user:\n    token: t\ncurrent-context: c\n",
+    )?;
+    Ok(f)
+}
+
+#[test]
+fn bad_flags_and_bad_cloud_config_exit_non_zero_with_a_one_line_reason() -> Result<()> {
+    rcp_e2e::init();
+    let kc = dummy_kubeconfig()?;
+    let kc_flag = format!("--kubeconfig={}", kc.path().display());
+    let bad_json = tempfile::NamedTempFile::new()?;
+    std::fs::write(bad_json.path(), "{\"instances\": 42}")?;
+    let bad_json_flag = format!("--cloud-config={}", bad_json.path().display());
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--concurrent-node-syncs=0"],
+            "error: invalid flags: --concurrent-node-syncs must be a positive number (got 0)",
+        ),
+        (
+            vec!["--controllers=*,-nope"],
+            "error: invalid flags: --controllers: \"nope\" is not in the list of known controllers",
+        ),
+        (
+            vec!["--leader-elect-resource-lock=endpoints"],
+            "--leader-elect-resource-lock: resourceLock value must be \"leases\"",
+        ),
+        (
+            vec!["--leader-elect-renew-deadline=20s"],
+            "--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline",
+        ),
+        (
+            vec!["--cluster-cidr=10.0.0.0/33"],
+            "--cluster-cidr: \"10.0.0.0/33\" is not a valid CIDR",
+        ),
+        (
+            vec![&kc_flag, "--cloud-config=/nonexistent/cloud.json"],
+            "error: --cloud-config: couldn't open cloud provider configuration /nonexistent/cloud.json",
+        ),
+        (
+            vec![&kc_flag, &bad_json_flag],
+            "error: Cloud provider could not be initialized: fake cloud config: invalid type: integer `42`",
+        ),
+        (vec![&kc_flag], "error: invalid flags: --cluster-cidr must be set"),
+        (
+            vec![&kc_flag, "--cloud-provider=aws"],
+            "--cloud-provider=\"aws\": this binary links only the \"fake\" provider",
+        ),
+    ];
+    for (args, expected) in cases {
+        let (code, _, stderr) = run_to_exit(FAKE, &args)?;
+        assert_ne!(code, 0, "{args:?} must fail");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: one line on stderr, got:\n{stderr}");
+        assert!(
+            lines[0].contains(expected),
+            "{args:?}: expected {expected:?} in {stderr:?}"
+        );
+    }
+    // Parse errors (clap) name the flag and the value.
+    for (args, needle) in [
+        (vec!["--leader-elect=maybe"], "--leader-elect"),
+        (vec!["--node-monitor-period=5"], "missing unit"),
+        (vec!["--no-such-flag"], "--no-such-flag"),
+    ] {
+        let (code, _, stderr) = run_to_exit(FAKE, &args)?;
+        assert_ne!(code, 0);
+        assert!(
+            stderr.lines().next().unwrap_or_default().contains(needle) || stderr.contains(needle),
+            "{args:?}: {stderr}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn aws_binary_help_lists_the_upstream_flags() -> Result<()> {
+    let (code, stdout, _) = run_to_exit("cloud-controller-manager-aws", &["--help"])?;
+    assert_eq!(code, 0);
+    for flag in [
+        "--cloud-provider",
+        "--cloud-config",
+        "--kubeconfig",
+        "--master",
+        "--controllers",
+        "--cluster-name",
+        "--cluster-cidr",
+        "--allocate-node-cidrs",
+        "--configure-cloud-routes",
+        "--leader-elect",
+        "--leader-elect-lease-duration",
+        "--leader-elect-renew-deadline",
+        "--leader-elect-retry-period",
+        "--leader-elect-resource-lock",
+        "--leader-elect-resource-name",
+        "--leader-elect-resource-namespace",
+        "--secure-port",
+        "--bind-address",
+        "--node-status-update-frequency",
+        "--node-monitor-period",
+        "--route-reconciliation-period",
+        "--concurrent-service-syncs",
+        "--concurrent-node-syncs",
+        "--kube-api-qps",
+        "--kube-api-burst",
+        "--use-service-account-credentials",
+        "--tls-cert-file",
+        "--logging-format",
+    ] {
+        assert!(stdout.contains(flag), "--help lacks {flag}");
+    }
+    for heading in [
+        "Cloud provider flags:",
+        "Generic flags:",
+        "Leader election flags:",
+        "Secure serving flags:",
+    ] {
+        assert!(stdout.contains(heading), "--help lacks the {heading} section");
+    }
+    assert!(
+        stdout.contains("[default: aws]"),
+        "the AWS binary defaults --cloud-provider to aws"
+    );
+    Ok(())
+}
