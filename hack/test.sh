@@ -23,6 +23,10 @@ phase "install test servers"
 hack/install-test-deps.sh
 export PATH="$CACHE/bin:$PATH"
 
+phase "cargo fetch"
+# Every platform's crates, so the offline metadata of the boundary and cargo-deny checks works.
+cargo fetch --locked --quiet
+
 phase "cargo fmt --check"
 cargo fmt --all --check
 

@@ -5,7 +5,7 @@
 //! legacy [`Instances`] + [`Zones`] —, [`LoadBalancer`], [`Routes`]), return [`CloudError`]'s
 //! sentinel variants where the controllers act on them (`InstanceNotFound`, `NotImplemented`,
 //! `ImplementedElsewhere`, `Retry`), and test against the same controllers with the
-//! [`fake`] provider as a model (feature `fake`).
+//! `fake` provider (feature `fake`) as a model.
 //!
 //! # What is here
 //! - [`cloud`]: the interface; [`error`]: its errors; [`registry`]: name → factory;
