@@ -32,6 +32,18 @@ impl CcmProcess {
     /// Starts `binary` (a workspace binary name) with `--kubeconfig`, a free `--secure-port` on
     /// 127.0.0.1, and `args`. Its log goes to `dir/<name>.log`.
     pub fn start(binary: &str, name: &str, kubeconfig: &Path, dir: &Path, args: &[String]) -> Result<Self> {
+        Self::start_with_env(binary, name, kubeconfig, dir, args, &[])
+    }
+
+    /// As [`CcmProcess::start`], with extra environment variables.
+    pub fn start_with_env(
+        binary: &str,
+        name: &str,
+        kubeconfig: &Path,
+        dir: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+    ) -> Result<Self> {
         crate::init();
         let bin = paths::workspace_binary(binary)?;
         let port = free_port();
@@ -45,7 +57,12 @@ impl CcmProcess {
             name,
             &bin,
             &all,
-            &[("RUST_LOG".into(), "info,k8s_cloud_provider=debug".into())],
+            &std::iter::once((
+                "RUST_LOG".to_string(),
+                "info,k8s_cloud_provider=debug".to_string(),
+            ))
+            .chain(env.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+            .collect::<Vec<_>>(),
             &dir.join(format!("{name}.log")),
             Signal::SIGTERM,
         )?;

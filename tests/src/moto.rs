@@ -94,6 +94,23 @@ impl Moto {
             .count()
     }
 
+    /// Stops moto now (its endpoint then refuses connections).
+    pub fn stop(&mut self) {
+        self.process.stop();
+    }
+
+    /// Environment for a process using this moto through the SDK's default credential chain
+    /// (static test credentials; no IMDS probing).
+    pub fn sdk_env(&self) -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("AWS_ACCESS_KEY_ID", "AKIDTEST"),
+            ("AWS_SECRET_ACCESS_KEY", "moto-test-secret"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+            ("AWS_CONFIG_FILE", "/dev/null"),
+            ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
+        ]
+    }
+
     /// Wipes all emulated state.
     pub async fn reset(&self) -> Result<()> {
         reqwest::Client::new()

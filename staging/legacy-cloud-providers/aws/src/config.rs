@@ -1,0 +1,624 @@
+//! The AWS cloud config (spec A1): gcfg-style INI with `[Global]` and any number of
+//! `[ServiceOverride "<id>"]` sections.
+//!
+//! - Every `[Global]` option of the newest provider is accepted; `DisableStrictZoneCheck`
+//!   (removed upstream in 2023) is accepted and ignored with a warning.
+//! - `[ServiceOverride]` accepts the 1.20 (SDK v1) and the newest (SDK v2) service names,
+//!   case-insensitively: `ec2`/`EC2`, `elasticloadbalancing`/`Elastic Load Balancing`,
+//!   `Elastic Load Balancing v2` (1.20's `elasticloadbalancing` also applies to ELBv2, as it did
+//!   then), `kms`/`KMS`, `ec2metadata`/`ec2imds`, `sts` (Rust addition: STS is overridable).
+//! - Unknown sections and keys are warned about (gcfg's "fatal errors only" mode tolerated them).
+//! - Bad values are errors naming the section, the key and the value.
+
+use std::collections::BTreeMap;
+
+use regex::Regex;
+use tracing::warn;
+
+use crate::gcfg::{self, Section};
+
+/// Address families for node addresses, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpFamily {
+    /// `ipv4`
+    Ipv4,
+    /// `ipv6`
+    Ipv6,
+}
+
+/// An AWS API whose endpoint can be overridden.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AwsService {
+    /// EC2.
+    Ec2,
+    /// Classic Elastic Load Balancing.
+    Elb,
+    /// Elastic Load Balancing v2 (NLB/ALB).
+    Elbv2,
+    /// KMS (no call is made; accepted for compatibility).
+    Kms,
+    /// STS.
+    Sts,
+    /// Instance metadata (only the URL is used).
+    Imds,
+}
+
+impl AwsService {
+    /// The services a `Service = …` value designates (`elasticloadbalancing` means both ELB
+    /// APIs, as it did with SDK v1).
+    pub fn parse(value: &str) -> Option<Vec<AwsService>> {
+        let v = value.trim().to_ascii_lowercase();
+        Some(match v.as_str() {
+            "ec2" => vec![Self::Ec2],
+            "elasticloadbalancing" => vec![Self::Elb, Self::Elbv2],
+            "elastic load balancing" => vec![Self::Elb],
+            "elastic load balancing v2" | "elasticloadbalancingv2" => vec![Self::Elbv2],
+            "kms" => vec![Self::Kms],
+            "sts" => vec![Self::Sts],
+            "ec2metadata" | "ec2imds" => vec![Self::Imds],
+            _ => return None,
+        })
+    }
+}
+
+/// One `[ServiceOverride]` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceOverride {
+    /// The section's subsection name.
+    pub id: String,
+    /// The `Service` value as written.
+    pub service: String,
+    /// `Region`.
+    pub region: String,
+    /// `URL`.
+    pub url: String,
+    /// `SigningRegion`.
+    pub signing_region: String,
+    /// `SigningName`.
+    pub signing_name: String,
+    /// `SigningMethod` (parsed, unused, as in the newest provider).
+    pub signing_method: String,
+}
+
+/// The parsed config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloudConfig {
+    /// `Zone` (region derived from it when `Region` is empty).
+    pub zone: String,
+    /// `Region`.
+    pub region: String,
+    /// `VPC`.
+    pub vpc: String,
+    /// `SubnetID`.
+    pub subnet_id: String,
+    /// `RouteTableID`.
+    pub route_table_id: String,
+    /// `RoleARN`.
+    pub role_arn: String,
+    /// `SourceARN`.
+    pub source_arn: String,
+    /// `KubernetesClusterTag` (legacy tag `KubernetesCluster=<id>`).
+    pub kubernetes_cluster_tag: String,
+    /// `KubernetesClusterID`.
+    pub kubernetes_cluster_id: String,
+    /// `DisableSecurityGroupIngress`.
+    pub disable_security_group_ingress: bool,
+    /// `ElbSecurityGroup`.
+    pub elb_security_group: String,
+    /// `NodeIPFamilies` (default `[ipv4]`).
+    pub node_ip_families: Vec<IpFamily>,
+    /// `ClusterServiceLoadBalancerHealthProbeMode` (`""` or `Shared` or `ServiceNodePort`).
+    pub cluster_service_load_balancer_health_probe_mode: String,
+    /// `ClusterServiceSharedLoadBalancerHealthProbePort` (0 ⇒ 10256).
+    pub cluster_service_shared_load_balancer_health_probe_port: i32,
+    /// `ClusterServiceSharedLoadBalancerHealthProbePath` (`""` ⇒ `/healthz`).
+    pub cluster_service_shared_load_balancer_health_probe_path: String,
+    /// `SupportedTopologyInstanceTypePattern` (validated regex).
+    pub supported_topology_instance_type_pattern: String,
+    /// `NLBSecurityGroupMode` (`""` or `Managed`).
+    pub nlb_security_group_mode: String,
+    /// The `[ServiceOverride]` sections.
+    pub service_overrides: Vec<ServiceOverride>,
+}
+
+/// The default `SupportedTopologyInstanceTypePattern`.
+pub const DEFAULT_TOPOLOGY_PATTERN: &str = r"^(hpc|trn|p)[0-9]+[a-z]*(-[a-z0-9]+)?\.[0-9a-z]+$";
+
+impl Default for CloudConfig {
+    fn default() -> Self {
+        Self {
+            zone: String::new(),
+            region: String::new(),
+            vpc: String::new(),
+            subnet_id: String::new(),
+            route_table_id: String::new(),
+            role_arn: String::new(),
+            source_arn: String::new(),
+            kubernetes_cluster_tag: String::new(),
+            kubernetes_cluster_id: String::new(),
+            disable_security_group_ingress: false,
+            elb_security_group: String::new(),
+            node_ip_families: vec![IpFamily::Ipv4],
+            cluster_service_load_balancer_health_probe_mode: String::new(),
+            cluster_service_shared_load_balancer_health_probe_port: 0,
+            cluster_service_shared_load_balancer_health_probe_path: String::new(),
+            supported_topology_instance_type_pattern: DEFAULT_TOPOLOGY_PATTERN.into(),
+            nlb_security_group_mode: String::new(),
+            service_overrides: Vec::new(),
+        }
+    }
+}
+
+/// A config error; the message names section, key and value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The file is not valid gcfg.
+    #[error("cloud config: {0}")]
+    Syntax(#[from] gcfg::SyntaxError),
+    /// The file is not UTF-8.
+    #[error("cloud config: the file is not valid UTF-8")]
+    Encoding,
+    /// A value is invalid.
+    #[error("cloud config: {section} {key} = {value:?} (line {line}): {reason}")]
+    Value {
+        /// Section as written.
+        section: String,
+        /// Key.
+        key: String,
+        /// Value.
+        value: String,
+        /// Line.
+        line: usize,
+        /// Why.
+        reason: String,
+    },
+    /// A cross-field rule is broken.
+    #[error("cloud config: {0}")]
+    Invalid(String),
+}
+
+const GLOBAL_KEYS: &[&str] = &[
+    "Zone",
+    "Region",
+    "VPC",
+    "SubnetID",
+    "RouteTableID",
+    "RoleARN",
+    "SourceARN",
+    "KubernetesClusterTag",
+    "KubernetesClusterID",
+    "DisableSecurityGroupIngress",
+    "ElbSecurityGroup",
+    "NodeIPFamilies",
+    "ClusterServiceLoadBalancerHealthProbeMode",
+    "ClusterServiceSharedLoadBalancerHealthProbePort",
+    "ClusterServiceSharedLoadBalancerHealthProbePath",
+    "SupportedTopologyInstanceTypePattern",
+    "NLBSecurityGroupMode",
+    "DisableStrictZoneCheck",
+];
+
+fn canonical_key<'a>(known: &[&'a str], key: &str) -> Option<&'a str> {
+    known.iter().find(|k| k.eq_ignore_ascii_case(key)).copied()
+}
+
+impl CloudConfig {
+    /// Parses and validates a config file. `None` (no `--cloud-config`) gives the defaults.
+    pub fn parse(bytes: Option<&[u8]>) -> Result<Self, ConfigError> {
+        let mut cfg = Self::default();
+        let Some(bytes) = bytes else { return Ok(cfg) };
+        let text = std::str::from_utf8(bytes).map_err(|_| ConfigError::Encoding)?;
+        let sections = gcfg::parse(text)?;
+        let mut families_set = false;
+        for section in &sections {
+            if section.is("Global") && section.subsection.is_none() {
+                cfg.apply_global(section, &mut families_set)?;
+            } else if section.is("ServiceOverride") && section.subsection.is_some() {
+                cfg.service_overrides.push(parse_override(section)?);
+            } else {
+                warn!(section = %section.display_name(), line = section.line, "cloud config: ignoring unknown section");
+            }
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn apply_global(&mut self, section: &Section, families_set: &mut bool) -> Result<(), ConfigError> {
+        for e in &section.entries {
+            let Some(key) = canonical_key(GLOBAL_KEYS, &e.key) else {
+                warn!(key = %e.key, line = e.line, "cloud config: ignoring unknown key in [Global]");
+                continue;
+            };
+            let value = e.value.clone().unwrap_or_default();
+            let bad = |reason: &str| ConfigError::Value {
+                section: "[Global]".into(),
+                key: key.into(),
+                value: e.value.clone().unwrap_or_default(),
+                line: e.line,
+                reason: reason.into(),
+            };
+            match key {
+                "Zone" => self.zone = value,
+                "Region" => self.region = value,
+                "VPC" => self.vpc = value,
+                "SubnetID" => self.subnet_id = value,
+                "RouteTableID" => self.route_table_id = value,
+                "RoleARN" => self.role_arn = value,
+                "SourceARN" => self.source_arn = value,
+                "KubernetesClusterTag" => self.kubernetes_cluster_tag = value,
+                "KubernetesClusterID" => self.kubernetes_cluster_id = value,
+                "ElbSecurityGroup" => self.elb_security_group = value,
+                "ClusterServiceLoadBalancerHealthProbeMode" => {
+                    self.cluster_service_load_balancer_health_probe_mode = value
+                }
+                "ClusterServiceSharedLoadBalancerHealthProbePath" => {
+                    self.cluster_service_shared_load_balancer_health_probe_path = value
+                }
+                "NLBSecurityGroupMode" => {
+                    if !(value.is_empty() || value == "Managed") {
+                        return Err(bad("must be empty or \"Managed\""));
+                    }
+                    self.nlb_security_group_mode = value;
+                }
+                "DisableSecurityGroupIngress" => {
+                    self.disable_security_group_ingress = gcfg::parse_bool(e.value.as_deref())
+                        .ok_or_else(|| bad("not a boolean (true/false)"))?;
+                }
+                "DisableStrictZoneCheck" => {
+                    gcfg::parse_bool(e.value.as_deref()).ok_or_else(|| bad("not a boolean (true/false)"))?;
+                    warn!(
+                        line = e.line,
+                        "cloud config: [Global] DisableStrictZoneCheck was removed upstream and is ignored"
+                    );
+                }
+                "ClusterServiceSharedLoadBalancerHealthProbePort" => {
+                    let port: i32 = value.trim().parse().map_err(|_| bad("not an integer"))?;
+                    if !(0..=65535).contains(&port) {
+                        return Err(bad("must be a port number (0 = 10256)"));
+                    }
+                    self.cluster_service_shared_load_balancer_health_probe_port = port;
+                }
+                "SupportedTopologyInstanceTypePattern" => {
+                    Regex::new(&value).map_err(|e| bad(&format!("not a valid regular expression: {e}")))?;
+                    self.supported_topology_instance_type_pattern = value;
+                }
+                "NodeIPFamilies" => {
+                    let family = match value.trim().to_ascii_lowercase().as_str() {
+                        "ipv4" => IpFamily::Ipv4,
+                        "ipv6" => IpFamily::Ipv6,
+                        _ => return Err(bad("must be ipv4 or ipv6")),
+                    };
+                    if !*families_set {
+                        self.node_ip_families.clear();
+                        *families_set = true;
+                    }
+                    if self.node_ip_families.contains(&family) {
+                        return Err(bad("listed twice"));
+                    }
+                    self.node_ip_families.push(family);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !self.kubernetes_cluster_tag.is_empty()
+            && !self.kubernetes_cluster_id.is_empty()
+            && self.kubernetes_cluster_tag != self.kubernetes_cluster_id
+        {
+            return Err(ConfigError::Invalid(format!(
+                "[Global] KubernetesClusterTag {:?} and KubernetesClusterID {:?} must be equal when both are set",
+                self.kubernetes_cluster_tag, self.kubernetes_cluster_id
+            )));
+        }
+        let mode = self.cluster_service_load_balancer_health_probe_mode.as_str();
+        if !(mode.is_empty() || mode == "Shared" || mode == "ServiceNodePort") {
+            return Err(ConfigError::Invalid(format!(
+                "[Global] ClusterServiceLoadBalancerHealthProbeMode {mode:?} must be \"Shared\" or \"ServiceNodePort\""
+            )));
+        }
+        if !self.zone.is_empty() && self.region.is_empty() && region_from_zone(&self.zone).is_none() {
+            return Err(ConfigError::Invalid(format!(
+                "[Global] Zone {:?} is not an availability zone name",
+                self.zone
+            )));
+        }
+        let mut seen: BTreeMap<(AwsService, String), &str> = BTreeMap::new();
+        for o in &self.service_overrides {
+            for service in AwsService::parse(&o.service).unwrap_or_default() {
+                if let Some(other) = seen.insert((service, o.region.clone()), &o.id) {
+                    return Err(ConfigError::Invalid(format!(
+                        "[ServiceOverride {:?}] and [ServiceOverride {other:?}] both override {:?} in region {:?}",
+                        o.id, o.service, o.region
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The cluster ID (`KubernetesClusterID`, else `KubernetesClusterTag`), if configured.
+    pub fn cluster_id(&self) -> Option<&str> {
+        [&self.kubernetes_cluster_id, &self.kubernetes_cluster_tag]
+            .into_iter()
+            .find(|s| !s.is_empty())
+            .map(String::as_str)
+    }
+
+    /// Whether legacy `KubernetesCluster` tags are in use.
+    pub fn legacy_tags(&self) -> bool {
+        !self.kubernetes_cluster_tag.is_empty()
+    }
+
+    /// The configured region: `Region`, else derived from `Zone`.
+    pub fn configured_region(&self) -> Option<String> {
+        if !self.region.is_empty() {
+            return Some(self.region.clone());
+        }
+        region_from_zone(&self.zone)
+    }
+
+    /// Whether the control plane runs outside AWS (or in another account): VPC + (SubnetID or
+    /// RoleARN) + cluster ID, so no self-instance lookup through IMDS is needed.
+    pub fn outside_aws(&self) -> bool {
+        !self.vpc.is_empty()
+            && (!self.subnet_id.is_empty() || !self.role_arn.is_empty())
+            && self.cluster_id().is_some()
+    }
+
+    /// The override for `service` in `region`, if any.
+    pub fn override_for(&self, service: AwsService, region: &str) -> Option<&ServiceOverride> {
+        self.service_overrides.iter().find(|o| {
+            AwsService::parse(&o.service)
+                .unwrap_or_default()
+                .contains(&service)
+                && (o.region == region || service == AwsService::Imds)
+        })
+    }
+}
+
+fn parse_override(section: &Section) -> Result<ServiceOverride, ConfigError> {
+    const KEYS: &[&str] = &[
+        "Service",
+        "Region",
+        "URL",
+        "SigningRegion",
+        "SigningName",
+        "SigningMethod",
+    ];
+    let id = section.subsection.clone().unwrap_or_default();
+    let mut o = ServiceOverride {
+        id: id.clone(),
+        service: String::new(),
+        region: String::new(),
+        url: String::new(),
+        signing_region: String::new(),
+        signing_name: String::new(),
+        signing_method: String::new(),
+    };
+    let name = section.display_name();
+    for e in &section.entries {
+        let Some(key) = canonical_key(KEYS, &e.key) else {
+            warn!(section = %name, key = %e.key, line = e.line, "cloud config: ignoring unknown key");
+            continue;
+        };
+        let value = e.value.clone().unwrap_or_default().trim().to_string();
+        let bad = |reason: String| ConfigError::Value {
+            section: name.clone(),
+            key: key.into(),
+            value: value.clone(),
+            line: e.line,
+            reason,
+        };
+        match key {
+            "Service" => {
+                if AwsService::parse(&value).is_none() {
+                    return Err(bad(
+                        "unknown service (use EC2, Elastic Load Balancing, Elastic Load Balancing v2, KMS, STS, ec2imds, or the 1.20 names ec2, elasticloadbalancing, kms, ec2metadata)".into(),
+                    ));
+                }
+                o.service = value;
+            }
+            "Region" => o.region = value,
+            "URL" => {
+                let ok = value.starts_with("http://") || value.starts_with("https://");
+                if !ok || value.parse::<http::Uri>().is_err() {
+                    return Err(bad("not an http(s) URL".into()));
+                }
+                o.url = value;
+            }
+            "SigningRegion" => o.signing_region = value,
+            "SigningName" => o.signing_name = value,
+            "SigningMethod" => o.signing_method = value,
+            _ => {}
+        }
+    }
+    for (key, value) in [
+        ("Service", &o.service),
+        ("Region", &o.region),
+        ("URL", &o.url),
+        ("SigningRegion", &o.signing_region),
+    ] {
+        if value.is_empty() {
+            return Err(ConfigError::Invalid(format!("{name}: {key} must be set")));
+        }
+    }
+    Ok(o)
+}
+
+/// `us-east-1a` → `us-east-1` (one or more `letters-` groups then digits).
+pub fn region_from_zone(zone: &str) -> Option<String> {
+    static RE: std::sync::LazyLock<Regex> =
+        std::sync::LazyLock::new(|| Regex::new(r"^([a-zA-Z]+-)+\d+").expect("static regex"));
+    RE.find(zone).map(|m| m.as_str().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<CloudConfig, ConfigError> {
+        CloudConfig::parse(Some(s.as_bytes()))
+    }
+
+    #[test]
+    fn no_file_gives_defaults() {
+        let c = CloudConfig::parse(None).unwrap();
+        assert_eq!(c.node_ip_families, vec![IpFamily::Ipv4]);
+        assert!(c.cluster_id().is_none());
+        assert!(!c.outside_aws());
+    }
+
+    #[test]
+    fn every_global_option_case_insensitively() {
+        let c = parse(
+            "[global]\nzone = us-west-2b\nREGION = us-west-2\nVPC = vpc-1\nSubnetID = subnet-1\nRouteTableID = rtb-1\n\
+             RoleARN = arn:aws:iam::123456789012:role/ccm\nSourceARN = arn:aws:eks:x\nKubernetesClusterTag = c1\n\
+             KubernetesClusterID = c1\nDisableSecurityGroupIngress = true\nElbSecurityGroup = sg-1\n\
+             NodeIPFamilies = ipv6\nNodeIPFamilies = ipv4\nClusterServiceLoadBalancerHealthProbeMode = Shared\n\
+             ClusterServiceSharedLoadBalancerHealthProbePort = 10257\nClusterServiceSharedLoadBalancerHealthProbePath = /hz\n\
+             SupportedTopologyInstanceTypePattern = ^p5\\\\..*$\nNLBSecurityGroupMode = Managed\nDisableStrictZoneCheck = true\nUnknownKey = 1\n",
+        )
+        .unwrap();
+        assert_eq!(c.zone, "us-west-2b");
+        assert_eq!(c.region, "us-west-2");
+        assert_eq!(c.node_ip_families, vec![IpFamily::Ipv6, IpFamily::Ipv4]);
+        assert!(c.disable_security_group_ingress);
+        assert_eq!(c.cluster_service_shared_load_balancer_health_probe_port, 10257);
+        assert_eq!(c.supported_topology_instance_type_pattern, "^p5\\..*$");
+        assert_eq!(c.cluster_id(), Some("c1"));
+        assert!(c.legacy_tags());
+        assert!(c.outside_aws());
+        assert_eq!(c.nlb_security_group_mode, "Managed");
+    }
+
+    #[test]
+    fn service_overrides_old_and_new_names() {
+        let c = parse(
+            "[Global]\nRegion = us-east-1\n\
+             [ServiceOverride \"1\"]\nService = ec2\nRegion = us-east-1\nURL = http://127.0.0.1:5000\nSigningRegion = us-east-1\n\
+             [ServiceOverride \"2\"]\nService = Elastic Load Balancing v2\nRegion = us-east-1\nURL = http://127.0.0.1:5001\nSigningRegion = us-east-1\nSigningName = elasticloadbalancing\n\
+             [ServiceOverride \"3\"]\nService = elastic load balancing\nRegion = us-east-1\nURL = http://127.0.0.1:5002\nSigningRegion = us-east-1\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.override_for(AwsService::Ec2, "us-east-1").unwrap().url,
+            "http://127.0.0.1:5000"
+        );
+        assert_eq!(
+            c.override_for(AwsService::Elbv2, "us-east-1").unwrap().url,
+            "http://127.0.0.1:5001"
+        );
+        assert_eq!(
+            c.override_for(AwsService::Elb, "us-east-1").unwrap().url,
+            "http://127.0.0.1:5002"
+        );
+        assert!(c.override_for(AwsService::Ec2, "eu-west-1").is_none());
+        // 1.20's elasticloadbalancing covers both ELB APIs.
+        let c = parse("[ServiceOverride \"x\"]\nService = elasticloadbalancing\nRegion = r\nURL = https://elb.local\nSigningRegion = r\n").unwrap();
+        assert!(
+            c.override_for(AwsService::Elb, "r").is_some()
+                && c.override_for(AwsService::Elbv2, "r").is_some()
+        );
+    }
+
+    #[test]
+    fn every_error_names_section_key_and_value() {
+        let cases: Vec<(&str, &str)> = vec![
+            (
+                "[Global]\nDisableSecurityGroupIngress = maybe",
+                "cloud config: [Global] DisableSecurityGroupIngress = \"maybe\" (line 2): not a boolean",
+            ),
+            (
+                "[Global]\nNodeIPFamilies = ipv5",
+                "[Global] NodeIPFamilies = \"ipv5\" (line 2): must be ipv4 or ipv6",
+            ),
+            (
+                "[Global]\nNodeIPFamilies = ipv4\nNodeIPFamilies = IPv4",
+                "NodeIPFamilies = \"IPv4\" (line 3): listed twice",
+            ),
+            (
+                "[Global]\nClusterServiceSharedLoadBalancerHealthProbePort = x",
+                "ClusterServiceSharedLoadBalancerHealthProbePort = \"x\" (line 2): not an integer",
+            ),
+            (
+                "[Global]\nClusterServiceSharedLoadBalancerHealthProbePort = 70000",
+                "must be a port number",
+            ),
+            (
+                "[Global]\nSupportedTopologyInstanceTypePattern = (",
+                "SupportedTopologyInstanceTypePattern = \"(\" (line 2): not a valid regular expression",
+            ),
+            (
+                "[Global]\nNLBSecurityGroupMode = Yes",
+                "NLBSecurityGroupMode = \"Yes\" (line 2): must be empty or \"Managed\"",
+            ),
+            (
+                "[Global]\nDisableStrictZoneCheck = perhaps",
+                "DisableStrictZoneCheck = \"perhaps\"",
+            ),
+            (
+                "[Global]\nKubernetesClusterTag = a\nKubernetesClusterID = b",
+                "KubernetesClusterTag \"a\" and KubernetesClusterID \"b\" must be equal",
+            ),
+            (
+                "[Global]\nClusterServiceLoadBalancerHealthProbeMode = Weird",
+                "ClusterServiceLoadBalancerHealthProbeMode \"Weird\"",
+            ),
+            (
+                "[Global]\nZone = nowhere",
+                "[Global] Zone \"nowhere\" is not an availability zone name",
+            ),
+            (
+                "[ServiceOverride \"a\"]\nService = s3\nRegion = r\nURL = http://x\nSigningRegion = r",
+                "[ServiceOverride \"a\"] Service = \"s3\" (line 2): unknown service",
+            ),
+            (
+                "[ServiceOverride \"a\"]\nService = EC2\nRegion = r\nURL = ftp://x\nSigningRegion = r",
+                "URL = \"ftp://x\" (line 4): not an http(s) URL",
+            ),
+            (
+                "[ServiceOverride \"a\"]\nService = EC2\nRegion = r\nURL = http://x",
+                "[ServiceOverride \"a\"]: SigningRegion must be set",
+            ),
+            (
+                "[ServiceOverride \"a\"]\nService = EC2\nURL = http://x\nSigningRegion = r",
+                "[ServiceOverride \"a\"]: Region must be set",
+            ),
+            (
+                "[ServiceOverride \"a\"]\nService = EC2\nRegion = r\nURL = http://x\nSigningRegion = r\n[ServiceOverride \"b\"]\nService = ec2\nRegion = r\nURL = http://y\nSigningRegion = r",
+                "[ServiceOverride \"b\"] and [ServiceOverride \"a\"] both override \"ec2\" in region \"r\"",
+            ),
+            ("Region = x", "cloud config: line 1"),
+        ];
+        for (input, expected) in cases {
+            let e = parse(input).unwrap_err().to_string();
+            assert!(
+                e.contains(expected),
+                "input {input:?}: expected {expected:?} in {e:?}"
+            );
+        }
+        assert_eq!(
+            CloudConfig::parse(Some(&[0xff, 0xfe])).unwrap_err(),
+            ConfigError::Encoding
+        );
+    }
+
+    #[test]
+    fn region_derivation() {
+        assert_eq!(region_from_zone("us-east-1a").as_deref(), Some("us-east-1"));
+        assert_eq!(
+            region_from_zone("ap-southeast-2c").as_deref(),
+            Some("ap-southeast-2")
+        );
+        assert_eq!(
+            region_from_zone("us-gov-west-1b").as_deref(),
+            Some("us-gov-west-1")
+        );
+        assert_eq!(region_from_zone("bogus"), None);
+        let c = parse("[Global]\nZone = eu-west-1c").unwrap();
+        assert_eq!(c.configured_region().as_deref(), Some("eu-west-1"));
+    }
+}

@@ -1,0 +1,266 @@
+//! Routes (AWS-59…63): pod-CIDR routes in the cluster's route table, targeting instances.
+//!
+//! - The table is `[Global] RouteTableID`, else the one route table tagged for the cluster
+//!   (none or several is an error naming them).
+//! - `ListRoutes` returns every IPv4 route with a destination CIDR that targets an instance
+//!   (node name from the Node informer's provider IDs, else the instance's private DNS name) or
+//!   is a blackhole; other targets (gateways, NAT, …) are not listed, so the route controller
+//!   never touches them.
+//! - `CreateRoute` turns the instance's source/destination check off (when it is on), replaces
+//!   a blackhole route for the same CIDR, and creates the route.
+
+use async_trait::async_trait;
+use aws_sdk_ec2::types::{Filter, RouteState};
+use k8s_cloud_provider::{CloudError, CloudResult, Route, Routes, node::helpers::provider_id};
+
+use crate::{
+    AwsCloud, cloud_error,
+    instances::{NodeKey, instance_id_from_provider_id},
+};
+
+impl AwsCloud {
+    /// The route table of the cluster (cached after the first successful discovery).
+    pub async fn route_table_id(&self) -> CloudResult<String> {
+        if let Some(id) = self.route_table.lock().clone() {
+            return Ok(id);
+        }
+        let mut req = self.ec2.describe_route_tables();
+        if !self.config.route_table_id.is_empty() {
+            req = req.filters(
+                Filter::builder()
+                    .name("route-table-id")
+                    .values(&self.config.route_table_id)
+                    .build(),
+            );
+        }
+        let mut tables = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self
+                .api
+                .call(
+                    "describe_route_tables",
+                    req.clone().set_next_token(token.clone()).send(),
+                )
+                .await
+                .map_err(|e| cloud_error("listing route tables", e))?;
+            tables.extend(page.route_tables().iter().cloned());
+            token = page.next_token().filter(|t| !t.is_empty()).map(str::to_string);
+            if token.is_none() {
+                break;
+            }
+        }
+        let id = if !self.config.route_table_id.is_empty() {
+            if tables.is_empty() {
+                return Err(CloudError::msg(format!(
+                    "[Global] RouteTableID {:?}: no such route table",
+                    self.config.route_table_id
+                )));
+            }
+            self.config.route_table_id.clone()
+        } else {
+            let key = format!("kubernetes.io/cluster/{}", self.cluster_id);
+            let tagged: Vec<String> = tables
+                .iter()
+                .filter(|t| {
+                    t.tags().iter().any(|tag| {
+                        tag.key() == Some(key.as_str())
+                            || (tag.key() == Some("KubernetesCluster")
+                                && tag.value() == Some(self.cluster_id.as_str()))
+                    })
+                })
+                .filter_map(|t| t.route_table_id().map(str::to_string))
+                .collect();
+            match tagged.as_slice() {
+                [one] => one.clone(),
+                [] => {
+                    return Err(CloudError::msg(format!(
+                        "no route table is tagged {key}: tag the cluster's route table or set [Global] RouteTableID"
+                    )));
+                }
+                many => {
+                    return Err(CloudError::msg(format!(
+                        "several route tables are tagged {key} ({}): set [Global] RouteTableID",
+                        many.join(", ")
+                    )));
+                }
+            }
+        };
+        *self.route_table.lock() = Some(id.clone());
+        Ok(id)
+    }
+
+    fn node_name_for_instance(&self, instance_id: &str, private_dns: &str) -> String {
+        if let Some(store) = self.instances.nodes() {
+            for n in store.list() {
+                if instance_id_from_provider_id(provider_id(&n)).is_ok_and(|id| id == instance_id) {
+                    return n.metadata.name.clone().unwrap_or_default();
+                }
+            }
+        }
+        private_dns.to_string()
+    }
+}
+
+#[async_trait]
+impl Routes for AwsCloud {
+    async fn list_routes(&self, cluster_name: &str) -> CloudResult<Vec<Route>> {
+        let table_id = self.route_table_id().await?;
+        let out = self
+            .api
+            .call(
+                "describe_route_tables",
+                self.ec2
+                    .describe_route_tables()
+                    .filters(Filter::builder().name("route-table-id").values(&table_id).build())
+                    .send(),
+            )
+            .await
+            .map_err(|e| cloud_error("listing routes", e))?;
+        let mut routes = Vec::new();
+        for table in out.route_tables() {
+            for r in table.routes() {
+                let Some(cidr) = r.destination_cidr_block() else {
+                    continue;
+                };
+                let name = format!("{cluster_name}-{cidr}");
+                if r.state() == Some(&RouteState::Blackhole) {
+                    routes.push(Route {
+                        name,
+                        destination_cidr: cidr.to_string(),
+                        blackhole: true,
+                        ..Default::default()
+                    });
+                    continue;
+                }
+                let Some(instance_id) = r.instance_id() else {
+                    continue;
+                };
+                let key = NodeKey::Id(instance_id.to_string());
+                let (target, blackhole) = match self.lookup(&key).await? {
+                    Some(i) => (
+                        self.node_name_for_instance(&i.id, &i.private_dns_name),
+                        i.state.as_deref() == Some("terminated"),
+                    ),
+                    None => (String::new(), true),
+                };
+                routes.push(Route {
+                    name,
+                    target_node: target,
+                    destination_cidr: cidr.to_string(),
+                    blackhole,
+                    ..Default::default()
+                });
+            }
+        }
+        Ok(routes)
+    }
+
+    async fn create_route(&self, _cluster_name: &str, name_hint: &str, route: &Route) -> CloudResult<()> {
+        let table_id = self.route_table_id().await?;
+        let instance = self.instance_for_name(&route.target_node).await?.ok_or_else(|| {
+            CloudError::msg(format!(
+                "creating route {name_hint} {}: no instance for node {}",
+                route.destination_cidr, route.target_node
+            ))
+        })?;
+        if instance.source_dest_check != Some(false) {
+            self.api
+                .call(
+                    "modify_instance_attribute",
+                    self.ec2
+                        .modify_instance_attribute()
+                        .instance_id(&instance.id)
+                        .source_dest_check(
+                            aws_sdk_ec2::types::AttributeBooleanValue::builder()
+                                .value(false)
+                                .build(),
+                        )
+                        .send(),
+                )
+                .await
+                .map_err(|e| {
+                    cloud_error(
+                        format!("disabling the source/destination check of {}", instance.id),
+                        e,
+                    )
+                })?;
+            self.instances.invalidate(&NodeKey::Id(instance.id.clone()));
+        }
+        let existing = self
+            .api
+            .call(
+                "describe_route_tables",
+                self.ec2
+                    .describe_route_tables()
+                    .filters(Filter::builder().name("route-table-id").values(&table_id).build())
+                    .send(),
+            )
+            .await
+            .map_err(|e| cloud_error("listing routes", e))?;
+        let blackholed = existing.route_tables().iter().flat_map(|t| t.routes()).any(|r| {
+            r.destination_cidr_block() == Some(route.destination_cidr.as_str())
+                && r.state() == Some(&RouteState::Blackhole)
+        });
+        if blackholed {
+            self.api
+                .call(
+                    "delete_route",
+                    self.ec2
+                        .delete_route()
+                        .route_table_id(&table_id)
+                        .destination_cidr_block(&route.destination_cidr)
+                        .send(),
+                )
+                .await
+                .map_err(|e| {
+                    cloud_error(
+                        format!("deleting the blackhole route {}", route.destination_cidr),
+                        e,
+                    )
+                })?;
+        }
+        self.api
+            .call(
+                "create_route",
+                self.ec2
+                    .create_route()
+                    .route_table_id(&table_id)
+                    .destination_cidr_block(&route.destination_cidr)
+                    .instance_id(&instance.id)
+                    .send(),
+            )
+            .await
+            .map_err(|e| {
+                cloud_error(
+                    format!(
+                        "creating route {} → {} in {table_id}",
+                        route.destination_cidr, instance.id
+                    ),
+                    e,
+                )
+            })?;
+        Ok(())
+    }
+
+    async fn delete_route(&self, _cluster_name: &str, route: &Route) -> CloudResult<()> {
+        let table_id = self.route_table_id().await?;
+        self.api
+            .call(
+                "delete_route",
+                self.ec2
+                    .delete_route()
+                    .route_table_id(&table_id)
+                    .destination_cidr_block(&route.destination_cidr)
+                    .send(),
+            )
+            .await
+            .map_err(|e| {
+                cloud_error(
+                    format!("deleting route {} from {table_id}", route.destination_cidr),
+                    e,
+                )
+            })?;
+        Ok(())
+    }
+}

@@ -1,0 +1,347 @@
+//! `cloud-controller-manager-aws` as a real process against a real kube-apiserver and moto:
+//! node initialisation, lifecycle, routes.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use k8s_cloud_provider::{
+    node::helpers::{addresses, has_taint},
+    well_known::{TAINT_SHUTDOWN, TAINT_UNINITIALIZED},
+};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec};
+use kube::{
+    Api,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use rcp_e2e::{
+    Moto, TestCluster,
+    ccm::CcmProcess,
+    k8s::{tainted_node, wait_for},
+    moto::{Instance, World},
+};
+
+const T: Duration = Duration::from_secs(60);
+const BIN: &str = "cloud-controller-manager-aws";
+
+struct Env {
+    cluster: TestCluster,
+    moto: Moto,
+    world: World,
+    nodes: Api<Node>,
+}
+
+async fn env(instances: usize) -> Result<Env> {
+    let cluster = TestCluster::start().await?;
+    let moto = Moto::start().await?;
+    let world = moto.build_world("e2e", instances).await?;
+    let nodes: Api<Node> = Api::all(cluster.client().await?);
+    Ok(Env {
+        cluster,
+        moto,
+        world,
+        nodes,
+    })
+}
+
+fn start_ccm(env: &Env, name: &str, extra: &[&str]) -> Result<CcmProcess> {
+    let config = env.cluster.dir().join(format!("{name}-cloud.conf"));
+    std::fs::write(&config, env.moto.cloud_config(&env.world))?;
+    let mut args = vec![
+        format!("--cloud-config={}", config.display()),
+        "--leader-elect=false".to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    CcmProcess::start_with_env(
+        BIN,
+        name,
+        env.cluster.kubeconfig_path(),
+        env.cluster.dir(),
+        &args,
+        &env.moto.sdk_env(),
+    )
+}
+
+fn expected_addresses(i: &Instance) -> Vec<NodeAddress> {
+    let a = |t: &str, v: &str| NodeAddress {
+        type_: t.into(),
+        address: v.into(),
+    };
+    let mut v = vec![a("InternalIP", &i.private_ip)];
+    if let Some(ip) = &i.public_ip {
+        v.push(a("ExternalIP", ip));
+    }
+    v.push(a("InternalDNS", &i.private_dns_name));
+    v.push(a("Hostname", &i.private_dns_name));
+    if let Some(dns) = &i.public_dns_name {
+        v.push(a("ExternalDNS", dns));
+    }
+    v
+}
+
+async fn initialised(nodes: &Api<Node>, name: &str) -> Option<Node> {
+    let n = nodes.get_opt(name).await.ok()??;
+    (!has_taint(&n, TAINT_UNINITIALIZED) && !addresses(&n).is_empty()).then_some(n)
+}
+
+#[tokio::test]
+async fn nodes_named_by_private_dns_or_instance_id_are_initialised_from_ec2() -> Result<()> {
+    let env = env(4).await?;
+    let ccm = start_ccm(&env, "ccm-aws", &[])?;
+    let (by_dns, by_id) = (&env.world.instances[..3], &env.world.instances[3]);
+    for i in by_dns {
+        env.nodes
+            .create(&PostParams::default(), &tainted_node(&i.private_dns_name))
+            .await?;
+    }
+    env.nodes
+        .create(&PostParams::default(), &tainted_node(&by_id.id))
+        .await?;
+
+    for i in by_dns.iter().chain(std::iter::once(by_id)) {
+        let name = if i.id == by_id.id {
+            i.id.clone()
+        } else {
+            i.private_dns_name.clone()
+        };
+        let n = wait_for(&format!("{name} initialised"), T, || {
+            initialised(&env.nodes, &name)
+        })
+        .await?;
+        assert_eq!(
+            n.spec.as_ref().unwrap().provider_id.as_deref(),
+            Some(format!("aws:///{}/{}", i.zone, i.id).as_str())
+        );
+        let labels = n.metadata.labels.clone().unwrap_or_default();
+        for (k, v) in [
+            ("node.kubernetes.io/instance-type", i.instance_type.as_str()),
+            ("beta.kubernetes.io/instance-type", i.instance_type.as_str()),
+            ("topology.kubernetes.io/zone", i.zone.as_str()),
+            ("failure-domain.beta.kubernetes.io/zone", i.zone.as_str()),
+            ("topology.kubernetes.io/region", "us-east-1"),
+            ("failure-domain.beta.kubernetes.io/region", "us-east-1"),
+        ] {
+            assert_eq!(labels.get(k).map(String::as_str), Some(v), "{name}: label {k}");
+        }
+        assert!(
+            labels
+                .get("topology.k8s.aws/zone-id")
+                .is_some_and(|z| !z.is_empty()),
+            "{name}: zone-id label: {labels:?}"
+        );
+        assert_eq!(
+            addresses(&n),
+            expected_addresses(i).as_slice(),
+            "{name}: addresses in AWS-15 order"
+        );
+        assert!(!has_taint(&n, TAINT_UNINITIALIZED));
+    }
+    let zones: std::collections::BTreeSet<&str> =
+        env.world.instances.iter().map(|i| i.zone.as_str()).collect();
+    assert_eq!(zones.len(), 2, "instances span two zones");
+
+    let metrics = ccm.metrics().await?;
+    let calls: u64 = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with(
+                "cloudprovider_aws_api_request_duration_seconds_count{request=\"describe_instances\"}",
+            )
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .expect("describe_instances count in /metrics");
+    println!("4 nodes initialised with {calls} DescribeInstances calls");
+    assert!(calls <= 8, "look-ups are coalesced: {calls} calls for 4 nodes");
+    Ok(())
+}
+
+async fn set_ready(nodes: &Api<Node>, name: &str, status: &str) -> Result<()> {
+    let cond = NodeCondition {
+        type_: "Ready".into(),
+        status: status.into(),
+        reason: Some("Test".into()),
+        ..Default::default()
+    };
+    nodes
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"status": {"conditions": [cond]}})),
+        )
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn stopped_instances_taint_terminated_ones_delete_and_a_failing_ec2_deletes_nothing() -> Result<()> {
+    let mut env = env(3).await?;
+    let _ccm = start_ccm(&env, "ccm-aws-lifecycle", &["--node-monitor-period=1s"])?;
+    let names: Vec<String> = env
+        .world
+        .instances
+        .iter()
+        .map(|i| i.private_dns_name.clone())
+        .collect();
+    for n in &names {
+        env.nodes.create(&PostParams::default(), &tainted_node(n)).await?;
+    }
+    for n in &names {
+        wait_for("initialised", T, || initialised(&env.nodes, n)).await?;
+    }
+    let ec2 = env.moto.ec2();
+    let (stopped, terminated, kept) = (&env.world.instances[0], &env.world.instances[1], &names[2]);
+
+    // Stopped + NotReady → shutdown taint.
+    ec2.stop_instances().instance_ids(&stopped.id).send().await?;
+    set_ready(&env.nodes, &stopped.private_dns_name, "False").await?;
+    wait_for("shutdown taint", T, || async {
+        let n = env.nodes.get(&stopped.private_dns_name).await.ok()?;
+        has_taint(&n, TAINT_SHUTDOWN).then_some(())
+    })
+    .await?;
+
+    // Terminated + NotReady → Node deleted.
+    ec2.terminate_instances()
+        .instance_ids(&terminated.id)
+        .send()
+        .await?;
+    set_ready(&env.nodes, &terminated.private_dns_name, "Unknown").await?;
+    wait_for("terminated node deleted", T, || async {
+        env.nodes
+            .get_opt(&terminated.private_dns_name)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await?;
+    assert!(
+        env.nodes.get_opt(&stopped.private_dns_name).await?.is_some(),
+        "a stopped instance still exists"
+    );
+
+    // EC2 unreachable: nothing is deleted, whatever the node's state.
+    env.moto.stop();
+    set_ready(&env.nodes, kept, "False").await?;
+    tokio::time::sleep(Duration::from_secs(15)).await; // > cache TTL (10 s) + several monitor periods
+    for n in [kept, &stopped.private_dns_name] {
+        assert!(
+            env.nodes.get_opt(n).await?.is_some(),
+            "{n} must not be deleted while EC2 fails"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn routes_point_pod_cidrs_at_instances_and_follow_node_deletion() -> Result<()> {
+    let env = env(3).await?;
+    let _ccm = start_ccm(
+        &env,
+        "ccm-aws-routes",
+        &[
+            "--controllers=*,route",
+            "--configure-cloud-routes=true",
+            "--cluster-cidr=10.244.0.0/16",
+            "--route-reconciliation-period=1s",
+        ],
+    )?;
+    for (idx, i) in env.world.instances.iter().enumerate() {
+        let mut n = tainted_node(&i.private_dns_name);
+        let cidr = format!("10.244.{}.0/24", idx + 1);
+        n.spec = Some(NodeSpec {
+            pod_cidr: Some(cidr.clone()),
+            pod_cidrs: Some(vec![cidr]),
+            ..n.spec.unwrap()
+        });
+        env.nodes.create(&PostParams::default(), &n).await?;
+    }
+    let ec2 = env.moto.ec2();
+    let routes = || async {
+        let out = ec2
+            .describe_route_tables()
+            .route_table_ids(&env.world.route_table_id)
+            .send()
+            .await
+            .ok()?;
+        let map: std::collections::BTreeMap<String, String> = out.route_tables()[0]
+            .routes()
+            .iter()
+            .filter_map(|r| {
+                Some((
+                    r.destination_cidr_block()?.to_string(),
+                    r.instance_id()?.to_string(),
+                ))
+            })
+            .collect();
+        Some(map)
+    };
+    let want: std::collections::BTreeMap<String, String> = env
+        .world
+        .instances
+        .iter()
+        .enumerate()
+        .map(|(idx, i)| (format!("10.244.{}.0/24", idx + 1), i.id.clone()))
+        .collect();
+    wait_for("three routes", T, || async {
+        routes().await.filter(|r| *r == want)
+    })
+    .await?;
+    // Source/destination check is off on the targets.
+    let out = ec2
+        .describe_instances()
+        .instance_ids(&env.world.instances[0].id)
+        .send()
+        .await?;
+    assert_eq!(
+        out.reservations()[0].instances()[0].source_dest_check(),
+        Some(false)
+    );
+    // The NetworkUnavailable condition says the routes exist.
+    let n = wait_for("NetworkUnavailable=False", T, || async {
+        let n = env
+            .nodes
+            .get(&env.world.instances[0].private_dns_name)
+            .await
+            .ok()?;
+        let ok = n
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .any(|c| c.type_ == "NetworkUnavailable" && c.status == "False");
+        ok.then_some(n)
+    })
+    .await?;
+    assert_eq!(
+        n.spec.unwrap().provider_id.unwrap(),
+        format!(
+            "aws:///{}/{}",
+            env.world.instances[0].zone, env.world.instances[0].id
+        )
+    );
+
+    // The default route through the internet gateway is never touched; a deleted node's route goes.
+    env.nodes
+        .delete(&env.world.instances[2].private_dns_name, &DeleteParams::default())
+        .await?;
+    let mut left = want.clone();
+    left.remove("10.244.3.0/24");
+    wait_for("route of the deleted node removed", T, || async {
+        routes().await.filter(|r| *r == left)
+    })
+    .await?;
+    let out = ec2
+        .describe_route_tables()
+        .route_table_ids(&env.world.route_table_id)
+        .send()
+        .await?;
+    assert!(
+        out.route_tables()[0]
+            .routes()
+            .iter()
+            .any(|r| r.destination_cidr_block() == Some("0.0.0.0/0") && r.gateway_id().is_some()),
+        "the internet route is left alone"
+    );
+    Ok(())
+}
