@@ -78,6 +78,32 @@ impl CcmProcess {
         })
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// Peak resident memory (`VmHWM` of `/proc/<pid>/status`), in kB.
+    pub fn peak_rss_kb(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    }
+
+    /// The value of a counter or histogram `_count` line of `/metrics` (0 when absent).
+    pub async fn metric_value(&self, line_prefix: &str) -> f64 {
+        let Ok(m) = self.metrics().await else { return 0.0 };
+        m.lines()
+            .filter(|l| l.starts_with(line_prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
     /// The `--secure-port`.
     pub fn port(&self) -> u16 {
         self.port

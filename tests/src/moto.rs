@@ -192,7 +192,7 @@ impl Moto {
                 .create_subnet()
                 .vpc_id(&vpc_id)
                 .availability_zone(*zone)
-                .cidr_block(format!("10.0.{}.0/24", i + 1))
+                .cidr_block(format!("10.0.{}.0/20", 16 * i))
                 .tag_specifications(tags(ResourceType::Subnet, &format!("{cluster_id}-{zone}")))
                 .send()
                 .await
@@ -279,12 +279,16 @@ impl Moto {
         let ec2 = self.ec2();
         let tag_key = format!("kubernetes.io/cluster/{}", world.cluster_id);
         let mut ids = Vec::new();
-        // One RunInstances per zone with MinCount = MaxCount = the zone's share.
+        // RunInstances per zone (at most 100 at a time) for the zone's share.
+        let mut batches = Vec::new();
         for (zi, (zone, subnet)) in world.subnets.iter().enumerate() {
-            let n = count / world.subnets.len() + usize::from(zi < count % world.subnets.len());
-            if n == 0 {
-                continue;
+            let mut n = count / world.subnets.len() + usize::from(zi < count % world.subnets.len());
+            while n > 0 {
+                batches.push((zone, subnet, n.min(100)));
+                n -= n.min(100);
             }
+        }
+        for (zone, subnet, n) in batches {
             let out = ec2
                 .run_instances()
                 .image_id("ami-12c6146b")

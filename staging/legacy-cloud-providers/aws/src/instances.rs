@@ -6,8 +6,10 @@
 //! ID in chunks of 500, and by private DNS name (filter `private-dns-name`, chunks of 150, with
 //! `instance-state-name` and client-side cluster-tag filtering). So initialising 1000 Nodes, or
 //! the periodic address sync of 1000 Nodes, costs a handful of calls instead of one (upstream:
-//! five) per Node. Results are cached for [`CACHE_TTL`] (10 s): a stopped or terminated
-//! instance is noticed at most 10 s late.
+//! five) per Node. Each look-up says how old a cached answer may be: existence and shutdown
+//! checks accept [`CACHE_TTL`] (10 s: a stopped or terminated instance is noticed at most 10 s
+//! late), instance metadata for initialisation and the address sync [`METADATA_MAX_AGE`]
+//! (60 s: a new address or type shows at most a minute late).
 //!
 //! A batch by ID fails as a whole when one ID is unknown (`InvalidInstanceID.NotFound`); the
 //! key that was asked for is then fetched alone, and recorded as "not found" only if EC2 says
@@ -31,8 +33,10 @@ use crate::{
     config::IpFamily,
 };
 
-/// How long a described instance is trusted.
+/// How old a cached instance may be for existence and shutdown checks.
 pub const CACHE_TTL: Duration = Duration::from_secs(10);
+/// How old a cached instance may be for metadata (type, zone, addresses).
+pub const METADATA_MAX_AGE: Duration = Duration::from_secs(60);
 /// IDs per `DescribeInstances` call by ID.
 pub const IDS_PER_CALL: usize = 500;
 /// Private DNS names per `DescribeInstances` call (AWS allows 200 filter values).
@@ -333,10 +337,10 @@ impl InstanceCache {
         self.nodes.read().clone()
     }
 
-    fn fresh(&self, key: &NodeKey) -> Option<Cached> {
+    fn fresh(&self, key: &NodeKey, max_age: Duration) -> Option<Cached> {
         let entries = self.entries.lock();
         let (at, c) = entries.get(key)?;
-        (at.elapsed() < CACHE_TTL).then(|| c.clone())
+        (at.elapsed() < max_age).then(|| c.clone())
     }
 
     /// Drops a cached entry (after a change the provider made itself).
@@ -344,23 +348,28 @@ impl InstanceCache {
         self.entries.lock().remove(key);
     }
 
-    /// The instance for a key; `Ok(None)` when EC2 says there is none.
-    pub async fn get(&self, key: &NodeKey) -> Result<Option<Arc<InstanceInfo>>, LookupError> {
-        if let Some(c) = self.fresh(key) {
+    /// The instance for a key, from a cached answer at most `max_age` old or a fetch;
+    /// `Ok(None)` when EC2 says there is none.
+    pub async fn get(
+        &self,
+        key: &NodeKey,
+        max_age: Duration,
+    ) -> Result<Option<Arc<InstanceInfo>>, LookupError> {
+        if let Some(c) = self.fresh(key, max_age) {
             return resolve(key, c);
         }
         let _guard = self.fetch_lock.lock().await;
-        if let Some(c) = self.fresh(key) {
+        if let Some(c) = self.fresh(key, max_age) {
             return resolve(key, c);
         }
-        self.fetch(key).await?;
-        match self.fresh(key) {
+        self.fetch(key, max_age).await?;
+        match self.fresh(key, Duration::MAX) {
             Some(c) => resolve(key, c),
             None => Ok(None),
         }
     }
 
-    fn read_ahead(&self, wanted: &NodeKey) -> (Vec<String>, Vec<String>) {
+    fn read_ahead(&self, wanted: &NodeKey, max_age: Duration) -> (Vec<String>, Vec<String>) {
         let (mut ids, mut names) = (Vec::new(), Vec::new());
         let mut seen = HashSet::new();
         let mut add = |k: NodeKey| {
@@ -376,7 +385,7 @@ impl InstanceCache {
         if let Some(store) = self.nodes() {
             for node in store.list() {
                 if let Ok(k) = node_key(&node)
-                    && self.fresh(&k).is_none()
+                    && self.fresh(&k, max_age).is_none()
                 {
                     add(k);
                 }
@@ -385,8 +394,8 @@ impl InstanceCache {
         (ids, names)
     }
 
-    async fn fetch(&self, wanted: &NodeKey) -> Result<(), LookupError> {
-        let (ids, names) = self.read_ahead(wanted);
+    async fn fetch(&self, wanted: &NodeKey, max_age: Duration) -> Result<(), LookupError> {
+        let (ids, names) = self.read_ahead(wanted, max_age);
         // By ID, in chunks; the chunk holding the wanted key goes first.
         for chunk in ids.chunks(IDS_PER_CALL) {
             let has_wanted = matches!(wanted, NodeKey::Id(w) if chunk.contains(w));

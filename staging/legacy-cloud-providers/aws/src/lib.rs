@@ -41,8 +41,8 @@ use crate::{
     api::{AwsApi, AwsError},
     config::{AwsService, CloudConfig},
     instances::{
-        InstanceCache, InstanceInfo, LookupError, NodeKey, instance_id_from_provider_id, name_key, node_key,
-        provider_id_for,
+        CACHE_TTL, InstanceCache, InstanceInfo, LookupError, METADATA_MAX_AGE, NodeKey,
+        instance_id_from_provider_id, name_key, node_key, provider_id_for,
     },
 };
 
@@ -219,26 +219,30 @@ impl AwsCloud {
     }
 
     /// The instance for a Node; `Ok(None)` when EC2 says there is none.
-    async fn instance_for(&self, node: &Node) -> CloudResult<Option<Arc<InstanceInfo>>> {
+    async fn instance_for(&self, node: &Node, max_age: Duration) -> CloudResult<Option<Arc<InstanceInfo>>> {
         let key = node_key(node).map_err(|e| CloudError::msg(format!("node {}: {e}", node_name(node))))?;
-        self.lookup(&key).await
+        self.lookup(&key, max_age).await
     }
 
-    async fn lookup(&self, key: &NodeKey) -> CloudResult<Option<Arc<InstanceInfo>>> {
-        self.instances.get(key).await.map_err(|e| match e {
+    async fn lookup(&self, key: &NodeKey, max_age: Duration) -> CloudResult<Option<Arc<InstanceInfo>>> {
+        self.instances.get(key, max_age).await.map_err(|e| match e {
             LookupError::Aws(a) => CloudError::wrap(format!("looking up {key:?}"), a),
             other => CloudError::msg(other.to_string()),
         })
     }
 
     /// The instance for a node name: the informer's providerID first, then AWS-08's rules.
-    async fn instance_for_name(&self, name: &str) -> CloudResult<Option<Arc<InstanceInfo>>> {
+    async fn instance_for_name(
+        &self,
+        name: &str,
+        max_age: Duration,
+    ) -> CloudResult<Option<Arc<InstanceInfo>>> {
         if let Some(store) = self.instances.nodes()
             && let Some(node) = store.get(name)
         {
-            return self.instance_for(&node).await;
+            return self.instance_for(&node, max_age).await;
         }
-        self.lookup(&name_key(name)).await
+        self.lookup(&name_key(name), max_age).await
     }
 
     async fn zone_id(&self, zone: &str) -> Option<String> {
@@ -355,19 +359,22 @@ fn exists(i: &InstanceInfo) -> bool {
 #[async_trait]
 impl InstancesV2 for AwsCloud {
     async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
-        Ok(self.instance_for(node).await?.is_some_and(|i| exists(&i)))
+        Ok(self
+            .instance_for(node, CACHE_TTL)
+            .await?
+            .is_some_and(|i| exists(&i)))
     }
 
     async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
         Ok(self
-            .instance_for(node)
+            .instance_for(node, CACHE_TTL)
             .await?
             .is_some_and(|i| i.state.as_deref() == Some("stopped")))
     }
 
     async fn instance_metadata(&self, node: &Node) -> CloudResult<Option<InstanceMetadata>> {
         let i = self
-            .instance_for(node)
+            .instance_for(node, METADATA_MAX_AGE)
             .await?
             .ok_or(CloudError::InstanceNotFound)?;
         let mut md = self.metadata_of(&i)?;
@@ -384,13 +391,17 @@ impl InstancesV2 for AwsCloud {
 }
 
 impl AwsCloud {
-    async fn by_provider_id(&self, provider_id: &str) -> CloudResult<Option<Arc<InstanceInfo>>> {
+    async fn by_provider_id(
+        &self,
+        provider_id: &str,
+        max_age: Duration,
+    ) -> CloudResult<Option<Arc<InstanceInfo>>> {
         let id = instance_id_from_provider_id(provider_id).map_err(|e| CloudError::msg(e.to_string()))?;
-        self.lookup(&NodeKey::Id(id)).await
+        self.lookup(&NodeKey::Id(id), max_age).await
     }
 
     async fn existing_by_name(&self, name: &str) -> CloudResult<Arc<InstanceInfo>> {
-        self.instance_for_name(name)
+        self.instance_for_name(name, METADATA_MAX_AGE)
             .await?
             .ok_or(CloudError::InstanceNotFound)
     }
@@ -405,7 +416,7 @@ impl Instances for AwsCloud {
     }
     async fn node_addresses_by_provider_id(&self, provider_id: &str) -> CloudResult<Vec<NodeAddress>> {
         let i = self
-            .by_provider_id(provider_id)
+            .by_provider_id(provider_id, METADATA_MAX_AGE)
             .await?
             .ok_or(CloudError::InstanceNotFound)?;
         i.node_addresses(&self.config.node_ip_families)
@@ -421,7 +432,7 @@ impl Instances for AwsCloud {
     }
     async fn instance_type_by_provider_id(&self, provider_id: &str) -> CloudResult<String> {
         Ok(self
-            .by_provider_id(provider_id)
+            .by_provider_id(provider_id, METADATA_MAX_AGE)
             .await?
             .ok_or(CloudError::InstanceNotFound)?
             .instance_type
@@ -429,13 +440,13 @@ impl Instances for AwsCloud {
     }
     async fn instance_exists_by_provider_id(&self, provider_id: &str) -> CloudResult<bool> {
         Ok(self
-            .by_provider_id(provider_id)
+            .by_provider_id(provider_id, CACHE_TTL)
             .await?
             .is_some_and(|i| exists(&i)))
     }
     async fn instance_shutdown_by_provider_id(&self, provider_id: &str) -> CloudResult<bool> {
         Ok(self
-            .by_provider_id(provider_id)
+            .by_provider_id(provider_id, CACHE_TTL)
             .await?
             .is_some_and(|i| i.state.as_deref() == Some("stopped")))
     }
@@ -454,7 +465,7 @@ impl Zones for AwsCloud {
     }
     async fn get_zone_by_provider_id(&self, provider_id: &str) -> CloudResult<Zone> {
         let i = self
-            .by_provider_id(provider_id)
+            .by_provider_id(provider_id, METADATA_MAX_AGE)
             .await?
             .ok_or(CloudError::InstanceNotFound)?;
         Ok(Zone {

@@ -137,7 +137,7 @@ impl Routes for AwsCloud {
                     continue;
                 };
                 let key = NodeKey::Id(instance_id.to_string());
-                let (target, blackhole) = match self.lookup(&key).await? {
+                let (target, blackhole) = match self.lookup(&key, crate::instances::CACHE_TTL).await? {
                     Some(i) => (
                         self.node_name_for_instance(&i.id, &i.private_dns_name),
                         i.state.as_deref() == Some("terminated"),
@@ -158,12 +158,15 @@ impl Routes for AwsCloud {
 
     async fn create_route(&self, _cluster_name: &str, name_hint: &str, route: &Route) -> CloudResult<()> {
         let table_id = self.route_table_id().await?;
-        let instance = self.instance_for_name(&route.target_node).await?.ok_or_else(|| {
-            CloudError::msg(format!(
-                "creating route {name_hint} {}: no instance for node {}",
-                route.destination_cidr, route.target_node
-            ))
-        })?;
+        let instance = self
+            .instance_for_name(&route.target_node, crate::instances::CACHE_TTL)
+            .await?
+            .ok_or_else(|| {
+                CloudError::msg(format!(
+                    "creating route {name_hint} {}: no instance for node {}",
+                    route.destination_cidr, route.target_node
+                ))
+            })?;
         if instance.source_dest_check != Some(false) {
             self.api
                 .call(

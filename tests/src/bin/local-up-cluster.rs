@@ -1,0 +1,118 @@
+//! The project's main job (`hack/local-up-cluster.sh`): a local Kubernetes control plane
+//! (etcd + kube-apiserver v1.20.2) with an emulated AWS (moto) holding a cluster VPC with three
+//! instances, three Nodes registered as kubelet `--cloud-provider=external` would register
+//! them (tainted, named by private DNS name), and `cloud-controller-manager-aws` initialising
+//! them. Prints what a user would look at, then keeps running until Ctrl-C and cleans up.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use k8s_cloud_provider::{node::helpers::has_taint, well_known::TAINT_UNINITIALIZED};
+use k8s_openapi::api::core::v1::Node;
+use kube::{Api, api::PostParams};
+use rcp_e2e::{Moto, TestCluster, ccm::CcmProcess, k8s::tainted_node};
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    println!("local-up-cluster: starting etcd + kube-apiserver v1.20.2 on 127.0.0.1 …");
+    let cluster = TestCluster::start().await?;
+    println!("local-up-cluster: starting moto (emulated EC2/ELB) …");
+    let moto = Moto::start().await?;
+    let world = moto.build_world("local-up", 3).await?;
+    println!(
+        "local-up-cluster: VPC {} with subnets {} and route table {}; instances:",
+        world.vpc_id,
+        world
+            .subnets
+            .iter()
+            .map(|(z, s)| format!("{s} ({z})"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        world.route_table_id
+    );
+    for i in &world.instances {
+        println!(
+            "    {}  {}  {}  {}",
+            i.id, i.zone, i.private_dns_name, i.private_ip
+        );
+    }
+    let config = cluster.dir().join("cloud.conf");
+    std::fs::write(&config, moto.cloud_config(&world))?;
+    let ccm = CcmProcess::start_with_env(
+        "cloud-controller-manager-aws",
+        "cloud-controller-manager-aws",
+        cluster.kubeconfig_path(),
+        cluster.dir(),
+        &[
+            format!("--cloud-config={}", config.display()),
+            "--cluster-name=local-up".into(),
+        ],
+        &moto.sdk_env(),
+    )?;
+    let nodes: Api<Node> = Api::all(cluster.client().await?);
+    for i in &world.instances {
+        nodes
+            .create(&PostParams::default(), &tainted_node(&i.private_dns_name))
+            .await?;
+    }
+    println!(
+        "local-up-cluster: created 3 Nodes with the node.cloudprovider.kubernetes.io/uninitialized taint; waiting for the CCM …"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let list = nodes.list(&Default::default()).await?;
+        if list.items.iter().all(|n| !has_taint(n, TAINT_UNINITIALIZED)) {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            anyhow::bail!("nodes not initialised after 2 minutes; CCM log:\n{}", ccm.log());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    println!("\n$ kubectl get nodes -o wide -L topology.kubernetes.io/zone,node.kubernetes.io/instance-type");
+    print!(
+        "{}",
+        cluster.kubectl(&[
+            "get",
+            "nodes",
+            "-o",
+            "wide",
+            "-L",
+            "topology.kubernetes.io/zone,node.kubernetes.io/instance-type"
+        ])?
+    );
+    println!(
+        "\n$ kubectl get nodes -o custom-columns=NAME:.metadata.name,PROVIDER-ID:.spec.providerID,TAINTS:.spec.taints[*].key"
+    );
+    print!(
+        "{}",
+        cluster.kubectl(&[
+            "get",
+            "nodes",
+            "-o",
+            "custom-columns=NAME:.metadata.name,PROVIDER-ID:.spec.providerID,TAINTS:.spec.taints[*].key"
+        ])?
+    );
+    println!("\nlocal-up-cluster: running. Try:");
+    println!("    export KUBECONFIG={}", cluster.kubeconfig_path().display());
+    println!("    kubectl get nodes -o wide; kubectl get events");
+    println!(
+        "    curl -sk https://127.0.0.1:{}/metrics | grep cloudprovider_aws",
+        ccm.port()
+    );
+    println!(
+        "  CCM log: {}/cloud-controller-manager-aws.log",
+        cluster.dir().display()
+    );
+    println!("local-up-cluster: press Ctrl-C to stop and clean up.");
+    if std::env::var_os("LOCAL_UP_EXIT_AFTER_START").is_some() {
+        return Ok(());
+    }
+    tokio::signal::ctrl_c().await?;
+    println!("\nlocal-up-cluster: stopping the CCM, moto, kube-apiserver and etcd …");
+    drop(ccm);
+    drop(moto);
+    drop(cluster);
+    println!("local-up-cluster: cleaned up.");
+    Ok(())
+}
