@@ -50,5 +50,11 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked --quiet \
 phase "cargo nextest run --workspace"
 cargo nextest run --workspace --locked --profile ci "${NEXTEST_ARGS[@]}"
 
+phase "local-up-cluster smoke run (the README's main job)"
+LOCAL_UP_EXIT_AFTER_START=1 hack/local-up-cluster.sh > "${TMPDIR:-/tmp}/local-up-cluster.log" 2>&1 || {
+  cat "${TMPDIR:-/tmp}/local-up-cluster.log"; echo "[test.sh] hack/local-up-cluster.sh failed" >&2; exit 1; }
+grep -q 'aws:///us-east-1' "${TMPDIR:-/tmp}/local-up-cluster.log" || {
+  cat "${TMPDIR:-/tmp}/local-up-cluster.log"; echo "[test.sh] local-up-cluster printed no initialised node" >&2; exit 1; }
+
 phase "done"
 echo "[test.sh] all checks passed in $(( $(date +%s) - START )) s ($ROOT)"

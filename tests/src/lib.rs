@@ -11,6 +11,7 @@
 pub mod ccm;
 pub mod cluster;
 pub mod k8s;
+pub mod kcm;
 pub mod moto;
 pub mod paths;
 pub mod process;

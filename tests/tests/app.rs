@@ -408,3 +408,73 @@ fn aws_binary_help_lists_the_upstream_flags() -> Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn service_account_credentials_act_as_the_controllers_own_service_accounts() -> Result<()> {
+    use k8s_openapi::api::{core::v1::ServiceAccount, rbac::v1::ClusterRoleBinding};
+    let cluster = TestCluster::start().await?;
+    let config = fake_config(&cluster, &["sa-node"])?;
+    let client = cluster.client().await?;
+    // Without its bootstrap binding, kube-system/node-controller may not update Nodes …
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    let binding = bindings.get("system:controller:node-controller").await?;
+    bindings
+        .delete("system:controller:node-controller", &Default::default())
+        .await?;
+
+    let ccm = CcmProcess::start(
+        FAKE,
+        "ccm-sa",
+        cluster.kubeconfig_path(),
+        cluster.dir(),
+        &args(
+            &config,
+            &["--use-service-account-credentials", "--leader-elect=false"],
+        ),
+    )?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &tainted_node("sa-node"))
+        .await?;
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "kube-system");
+    for sa in ["node-controller", "service-controller", "route-controller"] {
+        wait_for(
+            &format!("service account {sa}"),
+            Duration::from_secs(30),
+            || async { sas.get_opt(sa).await.ok()? },
+        )
+        .await?;
+    }
+    wait_for("a forbidden update", Duration::from_secs(30), || async {
+        ccm.log()
+            .contains("system:serviceaccount:kube-system:node-controller")
+            .then_some(())
+    })
+    .await?;
+    let n = nodes.get("sa-node").await?;
+    assert!(
+        n.spec.unwrap().provider_id.is_none(),
+        "the root credentials must not be used for the node controller's writes"
+    );
+
+    // … and with it restored, the node is initialised under that identity.
+    let mut restored = binding.clone();
+    restored.metadata = ObjectMeta {
+        name: binding.metadata.name.clone(),
+        labels: binding.metadata.labels.clone(),
+        annotations: binding.metadata.annotations.clone(),
+        ..Default::default()
+    };
+    bindings.create(&PostParams::default(), &restored).await?;
+    wait_for("node initialised", Duration::from_secs(60), || async {
+        nodes
+            .get("sa-node")
+            .await
+            .ok()?
+            .spec?
+            .provider_id
+            .filter(|p| p == "fake://i-0")
+    })
+    .await?;
+    Ok(())
+}

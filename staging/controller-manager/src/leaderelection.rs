@@ -308,6 +308,12 @@ impl LeaderElector {
             return;
         }
         self.set_leading(false);
+        self.release_held_by_identity().await;
+    }
+
+    /// Releases the lease if its holder is this candidate's identity, whatever this elector
+    /// object believes (used for a lock acquired by another elector of the same identity).
+    pub async fn release_held_by_identity(&self) {
         let result = async {
             let Some(mut lease) = self.api.get_opt(&self.config.name).await? else {
                 return Ok(());

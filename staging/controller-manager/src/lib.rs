@@ -8,6 +8,7 @@
 //! - [`controllers`]: controller names, aliases and the `--controllers` rules;
 //! - [`client`]: Kubernetes clients with a QPS/burst limit;
 //! - [`leaderelection`]: leader election on Leases;
+//! - [`leadermigration`]: the leader-migration configuration and its controller classification;
 //! - [`server`]: the HTTPS health and metrics endpoint;
 //! - [`duration`]: Go duration strings for flags.
 
@@ -17,6 +18,7 @@ pub mod duration;
 pub mod events;
 pub mod informer;
 pub mod leaderelection;
+pub mod leadermigration;
 pub mod metrics;
 pub mod server;
 pub mod workqueue;

@@ -16,6 +16,11 @@
 //! Shutdown: SIGTERM/SIGINT stop the controllers, flush queued events, release the lease and
 //! exit 0 (bounded: 10 s for controllers, 5 s for events). Losing the lease exits 1, as
 //! upstream does, so that the process restarts as a follower.
+//!
+//! With `--enable-leader-migration` (spec §7): the controllers the migration configuration
+//! assigns to this component (or `*`) start only after the *migration* Lease is held as well;
+//! those assigned to kube-controller-manager do not run; the rest run under the primary lock.
+//! Losing either lock exits 1.
 
 mod clients;
 pub mod options;
@@ -33,6 +38,7 @@ use k8s_controller_manager::{
     controllers::ControllerRegistry,
     events::EventBroadcaster,
     leaderelection::{HoldOutcome, LeaderElector, hostname},
+    leadermigration::{self, Classification, LeaderMigrationConfiguration},
     metrics::Metrics,
     server::{Endpoints, HealthChecks, ServingOptions, serve},
 };
@@ -107,9 +113,9 @@ pub enum AppError {
     /// The provider failed to initialise after leadership was acquired.
     #[error("cloud provider Initialize failed: {0}")]
     Initialize(String),
-    /// The lease was lost.
-    #[error("leaderelection lost")]
-    LeaderElectionLost,
+    /// A lease was lost (`leaderelection lost` or `migration leaderelection lost`).
+    #[error("{0}")]
+    LeaderElectionLost(&'static str),
 }
 
 /// Legacy (1.20) controller names, used as the `running_managed_controllers` label.
@@ -342,12 +348,10 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
         None => None,
     };
 
-    // Controllers.
+    // Controllers: the context (clients, informers, Initialize) once, then the sets.
     let controllers_stop = shutdown.child_token();
-    let started = start_controllers(
+    let running = match prepare(
         &validated,
-        &spec,
-        &registry,
         cloud.clone(),
         root.clone(),
         config,
@@ -355,9 +359,9 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
         &endpoints,
         controllers_stop.clone(),
     )
-    .await;
-    let (events, handles) = match started {
-        Ok(x) => x,
+    .await
+    {
+        Ok(r) => Arc::new(r),
         Err(e) => {
             controllers_stop.cancel();
             if let Some(el) = &elector {
@@ -366,20 +370,124 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
             return Err(e);
         }
     };
+    let classify = |name: &str| match &validated.leader_migration {
+        Some((_, resolved)) => LeaderMigrationConfiguration::classify(resolved, name, leadermigration::CCM),
+        None => Classification::NonMigrated,
+    };
+    let primary_set: Vec<&str> = controllers::CONTROLLER_NAMES
+        .iter()
+        .copied()
+        .filter(|n| classify(n) == Classification::NonMigrated)
+        .collect();
+    let migrated_set: Vec<&'static str> = controllers::CONTROLLER_NAMES
+        .iter()
+        .copied()
+        .filter(|n| classify(n) == Classification::Migrated)
+        .collect();
+    for name in controllers::CONTROLLER_NAMES
+        .iter()
+        .filter(|n| classify(n) == Classification::Unowned)
+    {
+        info!(
+            controller = name,
+            "not running {name:?}: leader migration assigns it to kube-controller-manager"
+        );
+    }
+    start_set(
+        &running,
+        &validated,
+        &registry,
+        &primary_set,
+        &metrics,
+        &endpoints,
+    )
+    .await;
 
-    // Run until shutdown or leadership loss.
-    let lost = match &elector {
-        Some(el) => el.hold(&shutdown).await == HoldOutcome::Lost,
-        None => {
+    // Leader migration: the migrated controllers start only once the migration lock is held too.
+    let migration = match (&validated.leader_migration, &validated.leader_election) {
+        (Some((lm, _)), Some(le)) => {
+            let mut mle = le.clone();
+            mle.name = lm.leader_name.clone();
+            let m = LeaderElector::new(
+                root.clone(),
+                mle,
+                Some(metrics.leader_election_master_status.clone()),
+            );
+            {
+                let m2 = m.clone();
+                endpoints
+                    .healthz
+                    .add("leaderMigration", Arc::new(move || m2.check()));
+            }
+            let (m2, running2, validated2, registry2, metrics2, endpoints2, cloud2, root2) = (
+                m.clone(),
+                running.clone(),
+                validated.clone(),
+                registry.clone(),
+                metrics.clone(),
+                endpoints.clone(),
+                cloud.clone(),
+                root.clone(),
+            );
+            let stop = controllers_stop.clone();
+            let task = tokio::spawn(async move {
+                info!(lease = %m2.config().name, controllers = ?migrated_set, "waiting for the migration lock");
+                if !m2.acquire(&stop).await {
+                    return HoldOutcome::Shutdown;
+                }
+                info!(lease = %m2.config().name, "acquired the migration lock: starting the migrated controllers");
+                if let Err(e) = cloud2
+                    .initialize(InitContext {
+                        client: root2,
+                        nodes: running2.ctx.nodes.store(),
+                        shutdown: stop.clone(),
+                    })
+                    .await
+                {
+                    warn!(error = %e, "cloud provider Initialize for the migrated controllers failed");
+                }
+                start_set(
+                    &running2,
+                    &validated2,
+                    &registry2,
+                    &migrated_set,
+                    &metrics2,
+                    &endpoints2,
+                )
+                .await;
+                m2.hold(&stop).await
+            });
+            Some((m, task))
+        }
+        _ => None,
+    };
+
+    // Run until shutdown or the loss of a lock.
+    let (lost, lost_what) = match (&elector, migration) {
+        (Some(el), Some((_, mut task))) => {
+            tokio::select! {
+                outcome = el.hold(&shutdown) => (outcome == HoldOutcome::Lost, "leaderelection lost"),
+                outcome = &mut task => (matches!(outcome, Ok(HoldOutcome::Lost)), "migration leaderelection lost"),
+            }
+        }
+        (Some(el), None) => (
+            el.hold(&shutdown).await == HoldOutcome::Lost,
+            "leaderelection lost",
+        ),
+        (None, _) => {
             shutdown.cancelled().await;
-            false
+            (false, "")
         }
     };
+    if lost {
+        error!("{lost_what}");
+    }
     info!(lost, "stopping controllers");
     controllers_stop.cancel();
     let stop = Instant::now();
+    let handles: Vec<_> = std::mem::take(&mut *running.handles.lock());
     let _ = tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(handles)).await;
-    if !events.flush(Duration::from_secs(5)).await {
+    if !running.events.flush(Duration::from_secs(5)).await {
         warn!("some events could not be written before shutdown");
     }
     for name in controllers::CONTROLLER_NAMES {
@@ -389,27 +497,48 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
             .set(0);
     }
     if lost {
-        return Err(AppError::LeaderElectionLost);
+        return Err(AppError::LeaderElectionLost(lost_what));
     }
     if let Some(el) = &elector {
         el.release().await;
+    }
+    if let Some((lm, _)) = &validated.leader_migration
+        && let Some(le) = &validated.leader_election
+    {
+        let mut mle = le.clone();
+        mle.name = lm.leader_name.clone();
+        // Release the migration lease if this process holds it (a no-op otherwise).
+        release_if_held(&root, &mle).await;
     }
     info!(took = ?stop.elapsed(), "cloud-controller-manager stopped");
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn start_controllers(
+/// Releases a lease held under `config.identity` (used for the migration lock at shutdown).
+async fn release_if_held(
+    client: &kube::Client,
+    config: &k8s_controller_manager::leaderelection::LeaderElectionConfig,
+) {
+    let el = LeaderElector::new(client.clone(), config.clone(), None);
+    el.release_held_by_identity().await;
+}
+
+/// What runs once the primary lock is held.
+struct Running {
+    ctx: ControllerContext,
+    events: EventBroadcaster,
+    handles: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+async fn prepare(
     validated: &ValidatedOptions,
-    spec: &ProviderSpec,
-    registry: &ControllerRegistry,
     cloud: Arc<dyn CloudProvider>,
     root: kube::Client,
     config: kube::Config,
     metrics: Arc<Metrics>,
     endpoints: &Endpoints,
     stop: CancellationToken,
-) -> Result<(EventBroadcaster, Vec<tokio::task::JoinHandle<()>>), AppError> {
+) -> Result<Running, AppError> {
     let opts = &validated.options;
     let (qps, burst) = (opts.generic.kube_api_qps, opts.generic.kube_api_burst);
     // Events go through their own client (and rate limiter) so that recording them never
@@ -452,12 +581,12 @@ async fn start_controllers(
         root.clone(),
         cloud.clone(),
         controllers_config,
-        metrics.clone(),
+        metrics,
         events.clone(),
         stop.clone(),
     );
     ctx.clients = Arc::new(clients);
-    let mut handles = ctx.start_informers();
+    let handles = ctx.start_informers();
     {
         let (nodes, services) = (ctx.nodes.store(), ctx.services.store());
         endpoints.readyz.add(
@@ -479,34 +608,51 @@ async fn start_controllers(
         })
         .await
         .map_err(|e| AppError::Initialize(e.to_string()))?;
+    Ok(Running {
+        ctx,
+        events,
+        handles: parking_lot::Mutex::new(handles),
+    })
+}
 
-    let route_on = opts.generic.configure_cloud_routes;
-    for name in controllers::CONTROLLER_NAMES {
+/// Starts the enabled controllers among `names`.
+async fn start_set(
+    running: &Running,
+    validated: &ValidatedOptions,
+    registry: &ControllerRegistry,
+    names: &[&str],
+    metrics: &Metrics,
+    endpoints: &Endpoints,
+) {
+    let opts = &validated.options;
+    for name in names.iter().copied() {
         if !registry.is_enabled(name, &validated.controllers) {
             warn!(controller = name, "{name:?} is disabled");
             continue;
         }
-        if name == controllers::route::NAME && !route_on {
+        if name == controllers::route::NAME && !opts.generic.configure_cloud_routes {
             info!("Will not configure cloud provider routes, --configure-cloud-routes: false");
             continue;
         }
-        match start_controller(name, &ctx) {
+        match start_controller(name, &running.ctx) {
             Ok(handle) => {
                 info!(controller = name, client = client_name(name), "Started {name:?}");
                 metrics
                     .running_managed_controllers
                     .with_label_values(&[legacy_name(name), "cloud-controller-manager"])
                     .set(1);
-                let alive = Arc::new(parking_lot::Mutex::new(Some(handle.abort_handle())));
-                let probe = alive.clone();
+                let probe = handle.abort_handle();
                 endpoints.healthz.add(
                     name,
-                    Arc::new(move || match probe.lock().as_ref() {
-                        Some(h) if h.is_finished() => Err("controller stopped".into()),
-                        _ => Ok(()),
+                    Arc::new(move || {
+                        if probe.is_finished() {
+                            Err("controller stopped".into())
+                        } else {
+                            Ok(())
+                        }
                     }),
                 );
-                handles.push(handle);
+                running.handles.lock().push(handle);
             }
             Err(reason) => warn!(controller = name, reason = %reason, "Skipping {name:?}: {reason}"),
         }
@@ -515,6 +661,4 @@ async fn start_controllers(
             tokio::time::sleep(opts.generic.controller_start_interval.mul_f64(jitter)).await;
         }
     }
-    let _ = spec;
-    Ok((events, handles))
 }

@@ -9,6 +9,7 @@ use std::{net::IpAddr, path::PathBuf, time::Duration};
 use clap::{ArgAction, Args, Parser};
 use k8s_controller_manager::{
     controllers::ControllerRegistry, duration::parse_go_duration, leaderelection::LeaderElectionConfig,
+    leadermigration::LeaderMigrationConfiguration,
 };
 
 use crate::{controllers::route::parse_cluster_cidrs, service::helpers::parse_go_bool};
@@ -40,6 +41,9 @@ pub struct Options {
     /// Leader election flags.
     #[command(flatten, next_help_heading = "Leader election flags")]
     pub leader_election: LeaderElectionFlags,
+    /// Leader migration flags.
+    #[command(flatten, next_help_heading = "Leader migration flags")]
+    pub leader_migration: LeaderMigrationFlags,
     /// Node controller flags.
     #[command(flatten, next_help_heading = "Node controller flags")]
     pub node: NodeControllerFlags,
@@ -159,6 +163,19 @@ pub struct LeaderElectionFlags {
     pub resource_namespace: String,
 }
 
+/// Leader migration flags (spec §7).
+#[derive(Debug, Clone, Args)]
+pub struct LeaderMigrationFlags {
+    /// Whether to enable controller leader migration (needs --leader-elect).
+    #[arg(long = "enable-leader-migration", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", value_parser = go_bool)]
+    pub enable_leader_migration: bool,
+    /// Path to the config file for controller leader migration, or empty to use the value that
+    /// reflects default configuration of the controller manager.
+    #[arg(long = "leader-migration-config")]
+    pub leader_migration_config: Option<PathBuf>,
+}
+
 /// Node controller flags.
 #[derive(Debug, Clone, Args)]
 pub struct NodeControllerFlags {
@@ -246,6 +263,12 @@ pub struct ValidatedOptions {
     pub cluster_cidrs: Vec<ipnet::IpNet>,
     /// Leader election settings (when `--leader-elect`).
     pub leader_election: Option<LeaderElectionConfig>,
+    /// Leader migration (when `--leader-elect` and `--enable-leader-migration`): the
+    /// configuration and its entries resolved to canonical controller names → component.
+    pub leader_migration: Option<(
+        LeaderMigrationConfiguration,
+        std::collections::BTreeMap<String, String>,
+    )>,
 }
 
 impl Options {
@@ -340,6 +363,36 @@ impl Options {
         } else {
             None
         };
+        let mut leader_migration = None;
+        let lm = &self.leader_migration;
+        if lm.enable_leader_migration && le.leader_elect {
+            let config = match &lm.leader_migration_config {
+                Some(path) if !path.as_os_str().is_empty() => std::fs::read_to_string(path)
+                    .map_err(|e| format!("--leader-migration-config {}: {e}", path.display()))
+                    .and_then(|text| {
+                        LeaderMigrationConfiguration::parse(&text)
+                            .map_err(|e| format!("--leader-migration-config {}: {e}", path.display()))
+                    }),
+                _ => Ok(LeaderMigrationConfiguration::default_config()),
+            };
+            match config.and_then(|c| {
+                let resolved = c.resolve(registry).map_err(|e| format!("--leader-migration-config: {e}"))?;
+                if c.leader_name == le.resource_name {
+                    return Err(format!(
+                        "--leader-migration-config: leaderName {:?} must differ from --leader-elect-resource-name",
+                        c.leader_name
+                    ));
+                }
+                Ok((c, resolved))
+            }) {
+                Ok(m) => leader_migration = Some(m),
+                Err(e) => errors.push(e),
+            }
+        } else if lm.enable_leader_migration {
+            tracing::warn!("--enable-leader-migration has no effect without --leader-elect");
+        } else if lm.leader_migration_config.is_some() {
+            tracing::warn!("--leader-migration-config is ignored without --enable-leader-migration");
+        }
         if self.serving.tls_cert_file.is_some() != self.serving.tls_private_key_file.is_some() {
             errors.push("--tls-cert-file and --tls-private-key-file must be given together".into());
         }
@@ -349,6 +402,7 @@ impl Options {
                 controllers,
                 cluster_cidrs,
                 leader_election,
+                leader_migration,
             })
         } else {
             Err(errors)

@@ -1,0 +1,241 @@
+//! Leader migration between a KCM stand-in and the real CCM process on a real API server.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use anyhow::Result;
+use rcp_e2e::{
+    TestCluster,
+    ccm::{CcmProcess, run_to_exit},
+    k8s::wait_for,
+    kcm::KcmStandIn,
+};
+
+const FAKE: &str = "fake-cloud-controller-manager";
+const MIGRATION_LEASE: &str = "cloud-provider-extraction-migration";
+/// The migrated controllers by their legacy metric names, as the config names them (aliases).
+const MIGRATED: [&str; 3] = ["route", "service", "cloud-node-lifecycle"];
+
+fn migration_config(cluster: &TestCluster) -> Result<std::path::PathBuf> {
+    // The documented v1 example, including its `resourceLock` line.
+    let path = cluster.dir().join("leader-migration.yaml");
+    std::fs::write(
+        &path,
+        "kind: LeaderMigrationConfiguration\napiVersion: controllermanager.config.k8s.io/v1\nleaderName: cloud-provider-extraction-migration\nresourceLock: leases\ncontrollerLeaders:\n  - name: route\n    component: \"*\"\n  - name: service\n    component: \"*\"\n  - name: cloud-node-lifecycle\n    component: \"*\"\n",
+    )?;
+    Ok(path)
+}
+
+fn start_ccm(cluster: &TestCluster, name: &str) -> Result<CcmProcess> {
+    let cloud = cluster.dir().join("fake.json");
+    std::fs::write(&cloud, "{}")?;
+    let config = migration_config(cluster)?;
+    CcmProcess::start(
+        FAKE,
+        name,
+        cluster.kubeconfig_path(),
+        cluster.dir(),
+        &[
+            format!("--cloud-config={}", cloud.display()),
+            "--cluster-cidr=10.244.0.0/16".into(),
+            "--enable-leader-migration".into(),
+            format!("--leader-migration-config={}", config.display()),
+        ],
+    )
+}
+
+/// Samples, every 50 ms, which side runs each migrated controller; returns the overlaps seen.
+fn watch(
+    ccm: Arc<CcmProcess>,
+    standin: rcp_e2e::kcm::StandInProbe,
+    stop: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<(usize, Vec<String>)> {
+    tokio::spawn(async move {
+        let overlaps = Arc::new(Mutex::new(Vec::new()));
+        let mut samples = 0;
+        while !stop.is_cancelled() {
+            let kcm_active = standin.is_active();
+            let metrics = ccm.metrics().await.unwrap_or_default();
+            let kcm_after = standin.is_active();
+            for c in MIGRATED {
+                let ccm_active = metrics.contains(&format!(
+                    "running_managed_controllers{{manager=\"cloud-controller-manager\",name=\"{c}\"}} 1"
+                ));
+                // Both before and after the CCM sample, to be sure the stand-in overlapped it.
+                if ccm_active && kcm_active && kcm_after {
+                    overlaps
+                        .lock()
+                        .unwrap()
+                        .push(format!("{c} ran in both at sample {samples}"));
+                }
+            }
+            samples += 1;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let o = overlaps.lock().unwrap().clone();
+        (samples, o)
+    })
+}
+
+async fn ccm_runs_migrated(ccm: &CcmProcess) -> bool {
+    let mut all = true;
+    for c in MIGRATED {
+        all &= ccm.runs_controller(c).await;
+    }
+    all
+}
+
+#[tokio::test]
+async fn migrated_controllers_move_to_the_ccm_only_after_the_kcm_releases_the_lock() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let client = cluster.client().await?;
+    let standin = KcmStandIn::start(client.clone(), MIGRATION_LEASE);
+    wait_for(
+        "stand-in holds the migration lock",
+        Duration::from_secs(20),
+        || async { standin.is_active().then_some(()) },
+    )
+    .await?;
+
+    let ccm = Arc::new(start_ccm(&cluster, "ccm")?);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let watcher = watch(ccm.clone(), standin.probe(), stop.clone());
+    wait_for("ccm leads its primary lock", Duration::from_secs(30), || async {
+        ccm.is_leader("cloud-controller-manager").await.then_some(())
+    })
+    .await?;
+    wait_for(
+        "non-migrated controller runs",
+        Duration::from_secs(20),
+        || async { ccm.runs_controller("cloud-node").await.then_some(()) },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for c in MIGRATED {
+        assert!(
+            !ccm.runs_controller(c).await,
+            "{c} must wait for the migration lock"
+        );
+    }
+    assert!(!ccm.is_leader(MIGRATION_LEASE).await);
+    let (_, verbose) = ccm.get("/healthz?verbose").await?;
+    assert!(
+        verbose.contains("[+]leaderElection ok") && verbose.contains("[+]leaderMigration ok"),
+        "{verbose}"
+    );
+
+    standin.stop().await;
+    let released = Instant::now();
+    wait_for(
+        "ccm runs the migrated controllers",
+        Duration::from_secs(30),
+        || async { ccm_runs_migrated(&ccm).await.then_some(()) },
+    )
+    .await?;
+    let handover = released.elapsed();
+    println!(
+        "migrated controllers started in the CCM {handover:.2?} after the KCM stand-in released the lock"
+    );
+    assert!(
+        handover <= Duration::from_secs_f64(2.0 * 2.2 + 2.0),
+        "{handover:?}"
+    );
+    assert!(
+        ccm.is_leader(MIGRATION_LEASE).await,
+        "leader_election_master_status shows the migration lock"
+    );
+
+    // A KCM coming back cannot take the lock while the CCM holds it.
+    let again = KcmStandIn::start(client.clone(), MIGRATION_LEASE);
+    let probe = again.probe();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!again.is_active(), "the lock stays with the CCM");
+    stop.cancel();
+    let (samples, overlaps) = watcher.await?;
+    assert!(samples > 50, "the watcher sampled ({samples})");
+    assert!(overlaps.is_empty(), "never both: {overlaps:?}");
+    again.kill();
+    assert!(!probe.is_active());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_killed_kcm_hands_over_after_the_lease_expires_without_overlap() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let client = cluster.client().await?;
+    let standin = KcmStandIn::start(client.clone(), MIGRATION_LEASE);
+    wait_for("stand-in holds the lock", Duration::from_secs(20), || async {
+        standin.is_active().then_some(())
+    })
+    .await?;
+    let ccm = Arc::new(start_ccm(&cluster, "ccm")?);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let watcher = watch(ccm.clone(), standin.probe(), stop.clone());
+    wait_for(
+        "non-migrated controller runs",
+        Duration::from_secs(30),
+        || async { ccm.runs_controller("cloud-node").await.then_some(()) },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    standin.kill();
+    let killed = Instant::now();
+    wait_for(
+        "ccm runs the migrated controllers",
+        Duration::from_secs(40),
+        || async { ccm_runs_migrated(&ccm).await.then_some(()) },
+    )
+    .await?;
+    let took = killed.elapsed();
+    println!(
+        "migrated controllers started in the CCM {took:.2?} after the KCM stand-in was killed (lease duration 15s, retry period 2s)"
+    );
+    assert!(
+        took <= Duration::from_secs_f64(15.0 + 2.0 * 2.2 + 1.0),
+        "{took:?}"
+    );
+    stop.cancel();
+    let (_, overlaps) = watcher.await?;
+    assert!(overlaps.is_empty(), "never both: {overlaps:?}");
+    Ok(())
+}
+
+#[test]
+fn migration_config_errors_stop_the_start_with_a_reason() -> Result<()> {
+    rcp_e2e::init();
+    let dir = tempfile::tempdir()?;
+    let unknown = dir.path().join("unknown.yaml");
+    std::fs::write(
+        &unknown,
+        "kind: LeaderMigrationConfiguration\napiVersion: controllermanager.config.k8s.io/v1\nleaderName: m\ncontrollerLeaders:\n  - name: route\n    component: \"*\"\n  - name: nodeipam\n    component: \"*\"\n",
+    )?;
+    let (code, _, stderr) = run_to_exit(
+        FAKE,
+        &[
+            "--enable-leader-migration",
+            &format!("--leader-migration-config={}", unknown.display()),
+        ],
+    )?;
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("controllerLeaders[1]: \"nodeipam\" is not a controller of this component"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+
+    let (code, _, stderr) = run_to_exit(
+        FAKE,
+        &[
+            "--enable-leader-migration",
+            "--leader-migration-config=/nonexistent.yaml",
+        ],
+    )?;
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("--leader-migration-config /nonexistent.yaml"),
+        "{stderr}"
+    );
+    Ok(())
+}
