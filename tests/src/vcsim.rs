@@ -61,14 +61,58 @@ impl Vcsim {
 
     /// Starts vcsim with `model` and waits until it prints its URL.
     pub fn start_with(model: VcsimModel) -> Result<Self> {
+        Self::start_on("127.0.0.1:0", model, None)
+    }
+
+    /// Starts vcsim again on this one's address, with the same credentials (a "vCenter
+    /// restart": every session is lost).
+    pub fn restart(&mut self, model: VcsimModel) -> Result<()> {
+        self.process.stop();
+        let again = Self::start_on(
+            &self.host_port,
+            model,
+            Some((self.username.clone(), self.password.clone())),
+        )?;
+        *self = again;
+        Ok(())
+    }
+
+    fn start_on(listen: &str, model: VcsimModel, creds: Option<(String, String)>) -> Result<Self> {
         crate::init();
         let bin = paths::test_bin("vcsim")?;
         let dir = tempfile::Builder::new().prefix("rcp-vcsim-").tempdir()?;
-        let username = "k8s-user@vsphere.local".to_string();
-        let password = format!("pw-{}", rand::random::<u32>());
+        let (username, password) = creds.unwrap_or_else(|| {
+            (
+                "k8s-user@vsphere.local".to_string(),
+                format!("pw-{}", rand::random::<u32>()),
+            )
+        });
+        // vcsim's built-in certificate has a 1024-bit RSA key, which rustls/aws-lc-rs (like
+        // every current TLS stack's defaults) refuses; real vCenters use 2048+ bits. Give it a
+        // 2048-bit certificate for 127.0.0.1 issued by a throw-away CA.
+        let (cert, key) = (dir.path().join("vcsim.crt"), dir.path().join("vcsim.key"));
+        let script = format!(
+            "set -e; cd {d}; \
+             openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=rcp-test-ca -addext basicConstraints=critical,CA:TRUE -keyout ca.key -out ca.crt; \
+             openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout vcsim.key -out vcsim.csr; \
+             printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n' > ext.cnf; \
+             openssl x509 -req -in vcsim.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile ext.cnf -out vcsim.crt",
+            d = dir.path().display()
+        );
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .output()
+            .context("running openssl to make vcsim's certificate")?;
+        if !out.status.success() {
+            bail!(
+                "making vcsim's certificate failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         let mut args = vec![
             "-l".to_string(),
-            "127.0.0.1:0".into(),
+            listen.into(),
             "-username".into(),
             username.clone(),
             "-password".into(),
@@ -82,6 +126,12 @@ impl Vcsim {
             "-cluster".into(),
             model.clusters.to_string(),
         ];
+        args.extend([
+            "-tlscert".to_string(),
+            cert.display().to_string(),
+            "-tlskey".to_string(),
+            key.display().to_string(),
+        ]);
         args.extend(model.extra_args);
         let mut process = ManagedProcess::spawn(
             "vcsim",
@@ -165,6 +215,37 @@ impl Vcsim {
             );
         }
         Ok(String::from_utf8(out.stdout)?)
+    }
+
+    /// The BIOS UUID of a VM (vCenter byte order, lower-case).
+    pub fn vm_uuid(&self, vm: &str) -> Result<String> {
+        Ok(self
+            .govc(&["object.collect", "-s", &format!("vm/{vm}"), "summary.config.uuid"])?
+            .trim()
+            .to_ascii_lowercase())
+    }
+
+    /// The CA (PEM) that issued vcsim's TLS certificate.
+    pub fn ca_pem(&self) -> Result<Vec<u8>> {
+        Ok(std::fs::read(self._dir.path().join("ca.crt"))?)
+    }
+
+    /// The SHA-1 thumbprint of vcsim's TLS certificate (`AB:CD:…`), read with openssl.
+    pub fn thumbprint(&self) -> Result<String> {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "openssl s_client -connect {} </dev/null 2>/dev/null | openssl x509 -noout -fingerprint -sha1",
+                self.host_port
+            ))
+            .output()?;
+        let text = String::from_utf8(out.stdout)?;
+        text.trim()
+            .rsplit('=')
+            .next()
+            .map(str::to_string)
+            .filter(|t| t.len() == 59)
+            .context("no certificate fingerprint from openssl")
     }
 
     /// Gives a VM (by inventory path or name) a guest IP and host name, which vcsim's model

@@ -9,6 +9,7 @@
 //!
 //! # What is here
 //! - [`cloud`]: the interface; [`error`]: its errors; [`registry`]: name → factory;
+//! - [`gcfg`]: the INI dialect of upstream cloud configs (for providers' config parsers);
 //! - [`well_known`]: labels, taints, annotations, finalizer, event reasons (exact strings);
 //! - [`node::helpers`], [`service::helpers`]: helpers for providers and controllers;
 //! - [`controllers`]: cloud-node, cloud-node-lifecycle, service-lb, node-route;
@@ -20,6 +21,7 @@ pub mod controllers;
 pub mod error;
 #[cfg(feature = "fake")]
 pub mod fake;
+pub mod gcfg;
 pub mod node;
 pub mod registry;
 pub mod service;

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use regex::Regex;
 use tracing::warn;
 
-use crate::gcfg::{self, Section};
+use k8s_cloud_provider::gcfg::{self, Section};
 
 /// Address families for node addresses, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,7 +21,6 @@
 
 pub mod api;
 pub mod config;
-pub mod gcfg;
 pub mod instances;
 pub mod routes;
 

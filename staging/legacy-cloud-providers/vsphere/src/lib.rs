@@ -1,29 +1,853 @@
-//! The staged vsphere cloud provider (the counterpart of `legacy-cloud-providers/vsphere`).
+//! The staged vSphere cloud provider (the counterpart of `legacy-cloud-providers/vsphere` and
+//! of `cloud-provider-vsphere`'s CPI), on the [`vsphere_api`] bindings.
 //!
-//! Work in progress: the provider object exists and registers under its name, but it offers
-//! no capability yet (no instances, load balancers or routes), so the cloud-controller-manager
-//! skips every controller when run with it.
+//! Implemented (spec Part B, newest CPI behaviour): the config ([`config`], B1: YAML, CPI INI,
+//! in-tree INI, environment, Secret / secrets-directory credentials), `InstancesV2` (VS-01…18):
+//! look-up by system UUID in both byte orders, then guest DNS name (ambiguity is an error),
+//! then IP; provider IDs `vsphere://<uuid>`; addresses by VS-08…10; the instance type string;
+//! zone/region from tag categories walking host → resource pool → VM with their ancestors.
+//! One SOAP and one REST session per vCenter, reused by every look-up.
+//!
+//! A Node is reported gone only when vCenter positively says so: a UUID no datacenter knows
+//! and, for a VM seen before, `ManagedObjectNotFound` on its reference. Authentication and
+//! connection errors are errors (cp-vs#479), never "gone".
+//!
+//! Not implemented: NSX-T load balancers and routes (out of scope), the shared session manager
+//! and certificate (solution user) logins, cloud-init `guestinfo` static-IP preference (VS-09),
+//! and the legacy `Instances` interface (the controllers use `InstancesV2`).
 
-use std::sync::Arc;
+pub mod config;
 
-use k8s_cloud_provider::{CloudProvider, registry::Factory};
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::IpAddr,
+    sync::Arc,
+};
+
+use async_trait::async_trait;
+use ipnet::IpNet;
+use k8s_cloud_provider::{
+    CloudError, CloudProvider, CloudResult, InitContext, InstanceMetadata, InstancesV2,
+    node::helpers::{node_name, provider_id},
+    registry::Factory,
+};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, Secret as KubeSecret};
+use parking_lot::Mutex;
+use tokio::sync::OnceCell;
+use tracing::debug;
+use vsphere_api::{
+    Credentials, Error as ApiError, MoRef, PropertySet, Secret,
+    rest::RestClient,
+    soap::{Client, GuestNicInfo},
+    tls::TlsOptions,
+};
+
+use crate::config::{NodesConfig, VCenterConfig, VsphereConfig};
 
 /// The provider name.
 pub const PROVIDER_NAME: &str = "vsphere";
 
-/// The vsphere provider (no capabilities yet).
-#[derive(Debug, Default)]
-pub struct VsphereCloud;
+/// VM properties read for a node.
+const VM_PROPERTIES: [&str; 9] = [
+    "summary.config.uuid",
+    "summary.config.numCpu",
+    "summary.config.memorySizeMB",
+    "summary.config.guestId",
+    "summary.runtime.powerState",
+    "guest.hostName",
+    "guest.net",
+    "runtime.host",
+    "resourcePool",
+];
 
-impl CloudProvider for VsphereCloud {
-    fn provider_name(&self) -> &str {
-        PROVIDER_NAME
+/// The BIOS UUID of a provider ID `vsphere://<uuid>` (trimmed, lower-case).
+pub fn uuid_from_provider_id(value: &str) -> Result<String, String> {
+    let rest = value.strip_prefix("vsphere://").ok_or_else(|| {
+        format!("spec.providerID {value:?} is not a vSphere provider ID (vsphere://<uuid>)")
+    })?;
+    let uuid = rest.trim().to_ascii_lowercase();
+    if uuid.len() != 36
+        || uuid.chars().filter(|c| *c == '-').count() != 4
+        || !uuid.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+    {
+        return Err(format!("spec.providerID {value:?}: {uuid:?} is not a UUID"));
+    }
+    Ok(uuid)
+}
+
+/// Swaps the byte order of the first three UUID groups (SMBIOS vs vCenter order, VS-02).
+pub fn swap_uuid_byte_order(uuid: &str) -> Option<String> {
+    let parts: Vec<&str> = uuid.split('-').collect();
+    if parts.len() != 5 || parts[0].len() != 8 || parts[1].len() != 4 || parts[2].len() != 4 {
+        return None;
+    }
+    let swap = |s: &str| -> String {
+        let bytes: Vec<&str> = (0..s.len()).step_by(2).map(|i| &s[i..i + 2]).collect();
+        bytes.into_iter().rev().collect()
+    };
+    Some(format!(
+        "{}-{}-{}-{}-{}",
+        swap(parts[0]),
+        swap(parts[1]),
+        swap(parts[2]),
+        parts[3],
+        parts[4]
+    ))
+}
+
+/// `vsphere-vm.cpu-<n>.mem-<GB>gb.os-<short guest id>` (VS-12). The short guest ID is the guest
+/// ID without its `Guest` suffix (upstream uses a table of ~150 IDs with the same effect).
+pub fn instance_type(num_cpu: i64, memory_mb: i64, guest_id: &str) -> String {
+    let os = guest_id.strip_suffix("Guest").unwrap_or(guest_id);
+    let os = if os.is_empty() { "unknown" } else { os };
+    format!("vsphere-vm.cpu-{num_cpu}.mem-{}gb.os-{os}", memory_mb / 1024)
+}
+
+fn usable(ip: &IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            !(v4.is_unspecified() || v4.is_loopback() || v4.is_link_local() || v4.is_multicast())
+        }
+        IpAddr::V6(v6) => {
+            !(v6.is_unspecified()
+                || v6.is_loopback()
+                || v6.is_unicast_link_local()
+                || (v6.is_multicast() && (v6.segments()[0] & 0x000f) == 2))
+        }
+    }
+}
+
+/// Node addresses by VS-08…10.
+pub fn node_addresses(
+    host_name: &str,
+    nics: &[GuestNicInfo],
+    nodes: &NodesConfig,
+    families: &[String],
+) -> Result<Vec<NodeAddress>, String> {
+    let mut out: Vec<NodeAddress> = Vec::new();
+    let mut push = |t: &str, a: &str| {
+        let n = NodeAddress {
+            type_: t.into(),
+            address: a.into(),
+        };
+        if !out.contains(&n) {
+            out.push(n);
+        }
+    };
+    if !host_name.is_empty() {
+        push("Hostname", host_name);
+    }
+    let candidates: Vec<(IpAddr, &str)> = nics
+        .iter()
+        .filter(|n| n.device_config_id != -1)
+        .flat_map(|n| {
+            n.ip_addresses
+                .iter()
+                .filter_map(move |ip| ip.parse::<IpAddr>().ok().map(|a| (a, n.network.as_str())))
+        })
+        .filter(|(ip, _)| usable(ip))
+        .collect();
+    if !nodes.internal_vm_network_name.is_empty() && !nodes.external_vm_network_name.is_empty() {
+        let has = |name: &str| nics.iter().any(|n| n.network.eq_ignore_ascii_case(name));
+        if !has(&nodes.internal_vm_network_name) && !has(&nodes.external_vm_network_name) {
+            return Err(format!(
+                "neither network {:?} nor {:?} is attached to the VM",
+                nodes.internal_vm_network_name, nodes.external_vm_network_name
+            ));
+        }
+    }
+    for family in families {
+        let v4 = family == "ipv4";
+        let fam: Vec<&(IpAddr, &str)> = candidates.iter().filter(|(ip, _)| ip.is_ipv4() == v4).collect();
+        let outside = |excl: &[IpNet], ip: &IpAddr| !excl.iter().any(|c| c.contains(ip));
+        let internal: Vec<&&(IpAddr, &str)> = fam
+            .iter()
+            .filter(|(ip, _)| outside(&nodes.exclude_internal_network_subnet_cidr, ip))
+            .collect();
+        let external: Vec<&&(IpAddr, &str)> = fam
+            .iter()
+            .filter(|(ip, _)| outside(&nodes.exclude_external_network_subnet_cidr, ip))
+            .collect();
+        let pick = |list: &[&&(IpAddr, &str)], cidrs: &[IpNet], network: &str| -> Option<IpAddr> {
+            list.iter()
+                .find(|(ip, _)| cidrs.iter().any(|c| c.contains(ip)))
+                .or_else(|| {
+                    (!network.is_empty())
+                        .then(|| list.iter().find(|(_, n)| n.eq_ignore_ascii_case(network)))
+                        .flatten()
+                })
+                .map(|(ip, _)| *ip)
+        };
+        let mut int_ip = pick(
+            &internal,
+            &nodes.internal_network_subnet_cidr,
+            &nodes.internal_vm_network_name,
+        );
+        let mut ext_ip = pick(
+            &external,
+            &nodes.external_network_subnet_cidr,
+            &nodes.external_vm_network_name,
+        );
+        if int_ip.is_none() && ext_ip.is_none() {
+            let first = internal.first().or(external.first()).map(|(ip, _)| *ip);
+            int_ip = first;
+            ext_ip = first;
+        }
+        if int_ip.is_none() && ext_ip.is_none() {
+            return Err(format!("unable to find suitable IP address for node ({family})"));
+        }
+        if let Some(ip) = int_ip {
+            push("InternalIP", &ip.to_string());
+        }
+        if let Some(ip) = ext_ip {
+            push("ExternalIP", &ip.to_string());
+        }
+    }
+    Ok(out)
+}
+
+/// One vCenter: its settings, SOAP and REST clients (created on first use), datacenters.
+struct VCenter {
+    label: String,
+    config: VCenterConfig,
+    clients: OnceCell<(Arc<Client>, Arc<RestClient>)>,
+    datacenters: OnceCell<Vec<MoRef>>,
+}
+
+/// A VM found for a node.
+#[derive(Debug, Clone)]
+struct VmRef {
+    vcenter: usize,
+    vm: MoRef,
+}
+
+/// The vSphere cloud.
+pub struct VsphereCloud {
+    config: VsphereConfig,
+    vcenters: Arc<Vec<VCenter>>,
+    kube: Mutex<Option<kube::Client>>,
+    seen: Mutex<HashMap<String, VmRef>>,
+    tags: Mutex<HashMap<String, (String, String)>>,
+    categories: Mutex<HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for VsphereCloud {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VsphereCloud")
+            .field(
+                "vcenters",
+                &self.vcenters.iter().map(|v| &v.label).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+fn api_err(context: impl std::fmt::Display, e: ApiError) -> CloudError {
+    CloudError::wrap(context, e)
+}
+
+impl VsphereCloud {
+    /// A provider for `config` (connections are made on first use).
+    pub fn new(config: VsphereConfig) -> Self {
+        let vcenters = config
+            .vcenters
+            .iter()
+            .map(|(label, vc)| VCenter {
+                label: label.clone(),
+                config: vc.clone(),
+                clients: OnceCell::new(),
+                datacenters: OnceCell::new(),
+            })
+            .collect::<Vec<_>>();
+        let vcenters = Arc::new(vcenters);
+        Self {
+            config,
+            vcenters,
+            kube: Mutex::new(None),
+            seen: Mutex::new(HashMap::new()),
+            tags: Mutex::new(HashMap::new()),
+            categories: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// SOAP and REST logins so far, summed over vCenters: `(soap, rest)`.
+    pub fn logins(&self) -> (u64, u64) {
+        logins(&self.vcenters)
+    }
+
+    async fn credentials(&self, vc: &VCenterConfig) -> CloudResult<Credentials> {
+        if !vc.user.is_empty() && !vc.password.is_empty() {
+            return Ok(Credentials {
+                username: vc.user.clone(),
+                password: vc.password.clone(),
+            });
+        }
+        let pick = |m: BTreeMap<String, (String, Secret)>| m.get(&vc.server).cloned();
+        if !self.config.secrets_directory.is_empty() {
+            let m = config::credentials_from_directory(std::path::Path::new(&self.config.secrets_directory))
+                .map_err(|e| CloudError::msg(e.to_string()))?;
+            if let Some((u, p)) = pick(m) {
+                return Ok(Credentials {
+                    username: u,
+                    password: p,
+                });
+            }
+        }
+        if !vc.secret_name.is_empty() {
+            let client =
+                self.kube.lock().clone().ok_or_else(|| {
+                    CloudError::msg("the credentials Secret can be read only after Initialize")
+                })?;
+            let ns = if vc.secret_namespace.is_empty() {
+                "kube-system"
+            } else {
+                vc.secret_namespace.as_str()
+            };
+            let api: kube::Api<KubeSecret> = kube::Api::namespaced(client, ns);
+            let secret = api.get(&vc.secret_name).await.map_err(|e| {
+                CloudError::wrap(format!("reading credentials Secret {ns}/{}", vc.secret_name), e)
+            })?;
+            let data: BTreeMap<String, Vec<u8>> = secret
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect();
+            let m = config::credentials_from_secret(&data)
+                .map_err(|e| CloudError::msg(format!("Secret {ns}/{}: {e}", vc.secret_name)))?;
+            if let Some((u, p)) = pick(m) {
+                return Ok(Credentials {
+                    username: u,
+                    password: p,
+                });
+            }
+            return Err(CloudError::msg(format!(
+                "Secret {ns}/{} has no credentials for vCenter {}",
+                vc.secret_name, vc.server
+            )));
+        }
+        Err(CloudError::msg(format!(
+            "no credentials for vCenter {}: set user/password, secretName or secretsDirectory",
+            vc.server
+        )))
+    }
+
+    async fn clients(&self, i: usize) -> CloudResult<&(Arc<Client>, Arc<RestClient>)> {
+        let vc = &self.vcenters[i];
+        vc.clients
+            .get_or_try_init(|| async {
+                let creds = self.credentials(&vc.config).await?;
+                let ca_pem = if vc.config.ca_file.is_empty() {
+                    None
+                } else {
+                    Some(
+                        std::fs::read(&vc.config.ca_file)
+                            .map_err(|e| CloudError::msg(format!("ca-file {}: {e}", vc.config.ca_file)))?,
+                    )
+                };
+                let tls = TlsOptions {
+                    insecure: vc.config.insecure,
+                    ca_pem,
+                    thumbprint: (!vc.config.thumbprint.is_empty()).then(|| vc.config.thumbprint.clone()),
+                };
+                let soap = Client::new(&vc.config.server, vc.config.port, &tls, creds.clone())
+                    .map_err(|e| api_err(format!("vCenter {}", vc.label), e))?
+                    .with_retries(vc.config.soap_roundtrip_count.saturating_sub(1));
+                let rest = RestClient::new(&vc.config.server, vc.config.port, &tls, creds)
+                    .map_err(|e| api_err(format!("vCenter {}", vc.label), e))?;
+                Ok((Arc::new(soap), Arc::new(rest)))
+            })
+            .await
+    }
+
+    async fn datacenters(&self, i: usize) -> CloudResult<&Vec<MoRef>> {
+        let vc = &self.vcenters[i];
+        let (soap, _) = self.clients(i).await?;
+        vc.datacenters
+            .get_or_try_init(|| async {
+                let all = soap
+                    .list_objects("Datacenter", &["name"])
+                    .await
+                    .map_err(|e| api_err(format!("listing datacenters of {}", vc.label), e))?;
+                if vc.config.datacenters.is_empty() {
+                    return Ok(all.into_iter().map(|(m, _)| m).collect());
+                }
+                let mut out = Vec::new();
+                for wanted in &vc.config.datacenters {
+                    let found = all.iter().find(|(m, p)| {
+                        p.string("name").as_deref() == Some(wanted.rsplit('/').next().unwrap_or(wanted))
+                            || m.value == *wanted
+                    });
+                    match found {
+                        Some((m, _)) => out.push(m.clone()),
+                        None => {
+                            return Err(CloudError::msg(format!(
+                                "vCenter {}: datacenter {wanted:?} not found",
+                                vc.label
+                            )));
+                        }
+                    }
+                }
+                Ok(out)
+            })
+            .await
+    }
+
+    /// Finds the VM of a node: `Ok(None)` when every configured datacenter says it does not
+    /// exist.
+    async fn find_vm(&self, node: &Node) -> CloudResult<Option<VmRef>> {
+        let name = node_name(node);
+        let pid = provider_id(node);
+        let mut uuids = Vec::new();
+        if !pid.is_empty() {
+            uuids.push(uuid_from_provider_id(pid).map_err(CloudError::msg)?);
+        } else if let Some(sys) = node
+            .status
+            .as_ref()
+            .and_then(|s| s.node_info.as_ref())
+            .map(|i| i.system_uuid.to_ascii_lowercase())
+            .filter(|s| !s.is_empty())
+        {
+            if let Some(swapped) = swap_uuid_byte_order(&sys) {
+                uuids.push(swapped);
+            }
+            uuids.push(sys);
+        }
+        for i in 0..self.vcenters.len() {
+            let (soap, _) = self.clients(i).await?;
+            for dc in self.datacenters(i).await? {
+                for uuid in &uuids {
+                    if let Some(vm) = soap
+                        .find_by_uuid(Some(dc), uuid, false)
+                        .await
+                        .map_err(|e| api_err(format!("FindByUuid {uuid}"), e))?
+                    {
+                        return Ok(Some(VmRef { vcenter: i, vm }));
+                    }
+                }
+            }
+        }
+        if !uuids.is_empty() {
+            return Ok(None);
+        }
+        // By guest host name, then by IP (the node name used as one).
+        let mut by_name = Vec::new();
+        for i in 0..self.vcenters.len() {
+            let (soap, _) = self.clients(i).await?;
+            for dc in self.datacenters(i).await? {
+                for vm in soap
+                    .find_all_by_dns_name(Some(dc), name)
+                    .await
+                    .map_err(|e| api_err(format!("FindAllByDnsName {name}"), e))?
+                {
+                    by_name.push(VmRef { vcenter: i, vm });
+                }
+            }
+        }
+        match by_name.len() {
+            1 => return Ok(by_name.pop()),
+            0 => {}
+            n => {
+                return Err(CloudError::msg(format!(
+                    "node {name}: {n} VMs report this guest host name ({}); set the node's providerID or make host names unique",
+                    by_name
+                        .iter()
+                        .map(|v| v.vm.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+        }
+        if name.parse::<IpAddr>().is_ok() {
+            for i in 0..self.vcenters.len() {
+                let (soap, _) = self.clients(i).await?;
+                for dc in self.datacenters(i).await? {
+                    if let Some(vm) = soap
+                        .find_by_ip(Some(dc), name)
+                        .await
+                        .map_err(|e| api_err(format!("FindByIp {name}"), e))?
+                    {
+                        return Ok(Some(VmRef { vcenter: i, vm }));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    async fn vm_properties(&self, r: &VmRef) -> CloudResult<PropertySet> {
+        let (soap, _) = self.clients(r.vcenter).await?;
+        soap.retrieve_properties(&r.vm, &VM_PROPERTIES)
+            .await
+            .map_err(|e| api_err(format!("reading {}", r.vm), e))
+    }
+
+    async fn found(&self, node: &Node) -> CloudResult<Option<(VmRef, PropertySet)>> {
+        let Some(r) = self.find_vm(node).await? else {
+            return Ok(None);
+        };
+        let props = self.vm_properties(&r).await?;
+        self.seen.lock().insert(node_name(node).to_string(), r.clone());
+        Ok(Some((r, props)))
+    }
+
+    async fn zone_region(&self, r: &VmRef, props: &PropertySet) -> CloudResult<(String, String)> {
+        let (zone_cat, region_cat) = (&self.config.zone_category, &self.config.region_category);
+        if zone_cat.is_empty() || region_cat.is_empty() {
+            return Ok((String::new(), String::new()));
+        }
+        let (soap, rest) = self.clients(r.vcenter).await?;
+        let (mut zone, mut region) = (None, None);
+        let starts: Vec<MoRef> = [
+            props.moref("runtime.host"),
+            props.moref("resourcePool"),
+            Some(r.vm.clone()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        'outer: for start in starts {
+            for obj in soap
+                .ancestors(&start)
+                .await
+                .map_err(|e| api_err(format!("ancestors of {start}"), e))?
+            {
+                for tag_id in rest
+                    .list_attached_tags(&obj)
+                    .await
+                    .map_err(|e| api_err(format!("tags of {obj}"), e))?
+                {
+                    let cached_tag = self.tags.lock().get(&tag_id).cloned();
+                    let (tag_name, category_id) = match cached_tag {
+                        Some(t) => t,
+                        None => {
+                            let t = rest
+                                .get_tag(&tag_id)
+                                .await
+                                .map_err(|e| api_err(format!("tag {tag_id}"), e))?;
+                            let v = (t.name, t.category_id);
+                            self.tags.lock().insert(tag_id.clone(), v.clone());
+                            v
+                        }
+                    };
+                    let cached_category = self.categories.lock().get(&category_id).cloned();
+                    let category = match cached_category {
+                        Some(c) => c,
+                        None => {
+                            let c = rest
+                                .get_category(&category_id)
+                                .await
+                                .map_err(|e| api_err(format!("category {category_id}"), e))?
+                                .name;
+                            self.categories.lock().insert(category_id.clone(), c.clone());
+                            c
+                        }
+                    };
+                    if &category == zone_cat && zone.is_none() {
+                        zone = Some(tag_name.clone());
+                    }
+                    if &category == region_cat && region.is_none() {
+                        region = Some(tag_name);
+                    }
+                    if zone.is_some() && region.is_some() {
+                        break 'outer;
+                    }
+                }
+            }
+        }
+        match (zone, region) {
+            (Some(z), Some(r)) => Ok((z, r)),
+            (z, rg) => Err(CloudError::msg(format!(
+                "{}: no {} tag found on the host, resource pool or VM or their ancestors",
+                r.vm,
+                [
+                    (z.is_none(), format!("zone ({zone_cat})")),
+                    (rg.is_none(), format!("region ({region_cat})"))
+                ]
+                .into_iter()
+                .filter_map(|(missing, what)| missing.then_some(what))
+                .collect::<Vec<_>>()
+                .join(" or ")
+            ))),
+        }
+    }
+
+    /// Logs out of every vCenter (SOAP and REST).
+    pub async fn logout(&self) {
+        for vc in self.vcenters.iter() {
+            if let Some((soap, rest)) = vc.clients.get() {
+                soap.logout().await;
+                rest.logout().await;
+            }
+        }
     }
 }
 
 /// The factory the cloud-controller-manager calls with the `--cloud-config` contents.
 pub fn factory() -> Factory {
-    Arc::new(|_config: Option<Vec<u8>>| {
-        Box::pin(async move { Ok(Arc::new(VsphereCloud) as Arc<dyn CloudProvider>) })
+    Arc::new(|bytes: Option<Vec<u8>>| {
+        Box::pin(async move {
+            let config =
+                config::VsphereConfig::parse(bytes.as_deref())?.apply_env(|k| std::env::var(k).ok())?;
+            Ok(Arc::new(VsphereCloud::new(config)) as Arc<dyn CloudProvider>)
+        })
     })
+}
+
+/// `cloudprovider_vsphere_sessions_created_total{api}`: SOAP and REST logins, read from the
+/// clients at scrape time.
+struct SessionCollector {
+    vcenters: Arc<Vec<VCenter>>,
+    desc: prometheus::core::Desc,
+}
+
+impl SessionCollector {
+    const NAME: &'static str = "cloudprovider_vsphere_sessions_created_total";
+    const HELP: &'static str = "vCenter sessions created (logins), by API";
+
+    fn new(vcenters: Arc<Vec<VCenter>>) -> Self {
+        let desc = prometheus::core::Desc::new(
+            Self::NAME.into(),
+            Self::HELP.into(),
+            vec!["api".into()],
+            HashMap::new(),
+        )
+        .expect("valid metric description");
+        Self { vcenters, desc }
+    }
+}
+
+impl prometheus::core::Collector for SessionCollector {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        vec![&self.desc]
+    }
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let (soap, rest) = logins(&self.vcenters);
+        let c = prometheus::IntCounterVec::new(prometheus::Opts::new(Self::NAME, Self::HELP), &["api"])
+            .expect("valid metric");
+        c.with_label_values(&["soap"]).inc_by(soap);
+        c.with_label_values(&["rest"]).inc_by(rest);
+        prometheus::core::Collector::collect(&c)
+    }
+}
+
+fn logins(vcenters: &[VCenter]) -> (u64, u64) {
+    vcenters
+        .iter()
+        .filter_map(|v| v.clients.get())
+        .fold((0, 0), |(s, r), (soap, rest)| {
+            (s + soap.logins(), r + rest.logins())
+        })
+}
+
+#[async_trait]
+impl CloudProvider for VsphereCloud {
+    fn provider_name(&self) -> &str {
+        PROVIDER_NAME
+    }
+
+    async fn initialize(&self, ctx: InitContext) -> CloudResult<()> {
+        *self.kube.lock() = Some(ctx.client);
+        Ok(())
+    }
+
+    fn register_metrics(&self, metrics: &k8s_controller_manager::metrics::Metrics) {
+        metrics.register(Box::new(SessionCollector::new(self.vcenters.clone())));
+    }
+
+    fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl InstancesV2 for VsphereCloud {
+    async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
+        if self.find_vm(node).await?.is_some() {
+            return Ok(true);
+        }
+        if std::env::var_os("SKIP_NODE_DELETION").is_some() {
+            return Err(CloudError::msg(format!(
+                "node {}: VM not found, and SKIP_NODE_DELETION is set",
+                node_name(node)
+            )));
+        }
+        // Not found by UUID: if we have seen its VM, ask for that object directly (VS-15).
+        let seen = self.seen.lock().get(node_name(node)).cloned();
+        let Some(r) = seen else { return Ok(false) };
+        let (soap, _) = self.clients(r.vcenter).await?;
+        match soap
+            .retrieve_properties(&r.vm, &["summary.runtime.powerState"])
+            .await
+        {
+            Err(e) if e.is_fault("ManagedObjectNotFound") => Ok(false),
+            Err(e) => Err(api_err(format!("reading {}", r.vm), e)),
+            Ok(p) => Ok(matches!(
+                p.string("summary.runtime.powerState").as_deref(),
+                Some("poweredOn" | "poweredOff" | "suspended")
+            )),
+        }
+    }
+
+    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
+        let Some((_, props)) = self.found(node).await? else {
+            return Ok(false);
+        };
+        Ok(props.string("summary.runtime.powerState").as_deref() != Some("poweredOn"))
+    }
+
+    async fn instance_metadata(&self, node: &Node) -> CloudResult<Option<InstanceMetadata>> {
+        let (r, props) = self.found(node).await?.ok_or(CloudError::InstanceNotFound)?;
+        let uuid = props
+            .string("summary.config.uuid")
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        if uuid.is_empty() {
+            return Err(CloudError::msg(format!("{} has no summary.config.uuid", r.vm)));
+        }
+        let families = self.vcenters[r.vcenter].config.ip_family.clone();
+        let addresses = node_addresses(
+            &props.string("guest.hostName").unwrap_or_default(),
+            &props.guest_nics("guest.net"),
+            &self.config.nodes,
+            &families,
+        )
+        .map_err(|e| CloudError::msg(format!("node {}: {e}", node_name(node))))?;
+        let (zone, region) = self.zone_region(&r, &props).await?;
+        debug!(node = node_name(node), vm = %r.vm, uuid = %uuid, "found VM for node");
+        Ok(Some(InstanceMetadata {
+            provider_id: format!("vsphere://{uuid}"),
+            instance_type: instance_type(
+                props.int("summary.config.numCpu").unwrap_or(0),
+                props.int("summary.config.memorySizeMB").unwrap_or(0),
+                &props.string("summary.config.guestId").unwrap_or_default(),
+            ),
+            node_addresses: addresses,
+            zone,
+            region,
+            additional_labels: BTreeMap::new(),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_ids_and_byte_order() {
+        assert_eq!(
+            uuid_from_provider_id("vsphere://422E4956-AD22-1139-6D72-59CC8F2A4B1C ").unwrap(),
+            "422e4956-ad22-1139-6d72-59cc8f2a4b1c"
+        );
+        assert!(
+            uuid_from_provider_id("aws:///x/i-1")
+                .unwrap_err()
+                .contains("not a vSphere provider ID")
+        );
+        assert!(
+            uuid_from_provider_id("vsphere://nope")
+                .unwrap_err()
+                .contains("is not a UUID")
+        );
+        assert_eq!(
+            swap_uuid_byte_order("56492e42-22ad-3911-6d72-59cc8f2a4b1c").unwrap(),
+            "422e4956-ad22-1139-6d72-59cc8f2a4b1c"
+        );
+        assert_eq!(swap_uuid_byte_order("bad"), None);
+    }
+
+    #[test]
+    fn instance_type_string() {
+        assert_eq!(
+            instance_type(4, 16384, "ubuntu64Guest"),
+            "vsphere-vm.cpu-4.mem-16gb.os-ubuntu64"
+        );
+        assert_eq!(instance_type(1, 32, ""), "vsphere-vm.cpu-1.mem-0gb.os-unknown");
+    }
+
+    fn nic(network: &str, ips: &[&str], device: i32) -> GuestNicInfo {
+        GuestNicInfo {
+            network: network.into(),
+            ip_addresses: ips.iter().map(|s| s.to_string()).collect(),
+            mac_address: String::new(),
+            device_config_id: device,
+        }
+    }
+
+    fn a(t: &str, v: &str) -> NodeAddress {
+        NodeAddress {
+            type_: t.into(),
+            address: v.into(),
+        }
+    }
+
+    #[test]
+    fn addresses_default_to_the_first_usable_ip_for_both_types() {
+        let nics = vec![
+            nic("", &["169.254.1.1", "fe80::1"], 4000),
+            nic("", &["172.17.0.1"], -1),
+            nic("VM Network", &["10.0.0.5", "10.0.0.6"], 4001),
+        ];
+        let got = node_addresses("node-1", &nics, &NodesConfig::default(), &["ipv4".into()]).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                a("Hostname", "node-1"),
+                a("InternalIP", "10.0.0.5"),
+                a("ExternalIP", "10.0.0.5")
+            ]
+        );
+    }
+
+    #[test]
+    fn cidrs_network_names_and_exclusions() {
+        let nics = vec![
+            nic("mgmt", &["192.168.1.10"], 4000),
+            nic("data", &["10.0.0.5", "fd00::5"], 4001),
+        ];
+        let cfg = NodesConfig {
+            internal_network_subnet_cidr: vec!["10.0.0.0/8".parse().unwrap()],
+            external_vm_network_name: "MGMT".into(),
+            ..Default::default()
+        };
+        let got = node_addresses("n", &nics, &cfg, &["ipv4".into(), "ipv6".into()]).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                a("Hostname", "n"),
+                a("InternalIP", "10.0.0.5"),
+                a("ExternalIP", "192.168.1.10"),
+                a("InternalIP", "fd00::5"),
+                a("ExternalIP", "fd00::5")
+            ]
+        );
+        let excl = NodesConfig {
+            exclude_internal_network_subnet_cidr: vec!["192.168.0.0/16".parse().unwrap()],
+            ..Default::default()
+        };
+        let got = node_addresses("n", &nics, &excl, &["ipv4".into()]).unwrap();
+        assert_eq!(got[1], a("InternalIP", "10.0.0.5"));
+        assert!(node_addresses("n", &nics, &NodesConfig::default(), &["ipv6".into()]).is_ok());
+        assert!(
+            node_addresses(
+                "n",
+                &[nic("", &["10.0.0.1"], 4000)],
+                &NodesConfig::default(),
+                &["ipv6".into()]
+            )
+            .unwrap_err()
+            .contains("unable to find suitable IP address")
+        );
+        let both = NodesConfig {
+            internal_vm_network_name: "x".into(),
+            external_vm_network_name: "y".into(),
+            ..Default::default()
+        };
+        assert!(
+            node_addresses("n", &nics, &both, &["ipv4".into()])
+                .unwrap_err()
+                .contains("neither network")
+        );
+    }
 }

@@ -1,0 +1,607 @@
+//! The vim25 SOAP client: one long-lived session per vCenter (cookie `vmware_soap_session`),
+//! logged in on first use and again — once per failing call — when vCenter answers
+//! `NotAuthenticated` (an expired or revoked session).
+//!
+//! Operations: `RetrieveServiceContent`, `SessionManager.Login`/`Logout`/`SessionIsActive`,
+//! `SearchIndex.FindByUuid`/`FindAllByDnsName`/`FindByIp`,
+//! `PropertyCollector.RetrievePropertiesEx`/`ContinueRetrievePropertiesEx`,
+//! `ViewManager.CreateContainerView`/`DestroyView`, and ancestor walking over `parent`.
+
+use std::{
+    collections::BTreeMap,
+    sync::atomic::{AtomicU64, Ordering},
+    time::Duration,
+};
+
+use tokio::sync::{Mutex, OnceCell};
+use tracing::{debug, info};
+
+use crate::{
+    Error, Secret, SoapFault,
+    tls::{TlsOptions, http_client},
+    xml::{self, Element, escape},
+};
+
+/// A managed object reference (`type`, `value`), e.g. `VirtualMachine:vm-42`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MoRef {
+    /// Type, e.g. `VirtualMachine`.
+    pub kind: String,
+    /// ID, e.g. `vm-42`.
+    pub value: String,
+}
+
+impl MoRef {
+    /// A reference.
+    pub fn new(kind: &str, value: &str) -> Self {
+        Self {
+            kind: kind.into(),
+            value: value.into(),
+        }
+    }
+
+    fn from_element(e: &Element) -> Option<Self> {
+        let kind = e.attr("type")?;
+        (!e.text.is_empty()).then(|| Self::new(kind, e.text.trim()))
+    }
+
+    fn to_xml(&self, tag: &str) -> String {
+        format!(
+            "<{tag} type=\"{}\">{}</{tag}>",
+            escape(&self.kind),
+            escape(&self.value)
+        )
+    }
+}
+
+impl std::fmt::Display for MoRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.kind, self.value)
+    }
+}
+
+/// The parts of `ServiceContent` the client uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceContent {
+    /// Root folder.
+    pub root_folder: MoRef,
+    /// Property collector.
+    pub property_collector: MoRef,
+    /// View manager.
+    pub view_manager: MoRef,
+    /// Search index.
+    pub search_index: MoRef,
+    /// Session manager.
+    pub session_manager: MoRef,
+    /// `about.apiVersion`.
+    pub api_version: String,
+}
+
+/// One vNIC as the guest reports it (`guest.net[]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GuestNicInfo {
+    /// Port group name.
+    pub network: String,
+    /// IP addresses.
+    pub ip_addresses: Vec<String>,
+    /// MAC address.
+    pub mac_address: String,
+    /// Device key of the virtual NIC; -1 for interfaces without one (veths, bridges, …).
+    pub device_config_id: i32,
+}
+
+/// Named properties of one object.
+#[derive(Debug, Clone, Default)]
+pub struct PropertySet {
+    props: BTreeMap<String, Element>,
+}
+
+impl PropertySet {
+    /// Whether the property was returned.
+    pub fn has(&self, path: &str) -> bool {
+        self.props.contains_key(path)
+    }
+
+    /// A string property.
+    pub fn string(&self, path: &str) -> Option<String> {
+        self.props.get(path).map(|e| e.text.trim().to_string())
+    }
+
+    /// An integer property.
+    pub fn int(&self, path: &str) -> Option<i64> {
+        self.string(path)?.parse().ok()
+    }
+
+    /// A managed-object-reference property.
+    pub fn moref(&self, path: &str) -> Option<MoRef> {
+        self.props.get(path).and_then(MoRef::from_element)
+    }
+
+    /// `guest.net`.
+    pub fn guest_nics(&self, path: &str) -> Vec<GuestNicInfo> {
+        let Some(val) = self.props.get(path) else {
+            return Vec::new();
+        };
+        val.children_named("GuestNicInfo")
+            .map(|n| GuestNicInfo {
+                network: n.child_text("network").unwrap_or_default().to_string(),
+                ip_addresses: n
+                    .children_named("ipAddress")
+                    .map(|i| i.text.trim().to_string())
+                    .collect(),
+                mac_address: n.child_text("macAddress").unwrap_or_default().to_string(),
+                device_config_id: n
+                    .child_text("deviceConfigId")
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(-1),
+            })
+            .collect()
+    }
+}
+
+/// Username and password of one vCenter.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// User name.
+    pub username: String,
+    /// Password (never shown).
+    pub password: Secret,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &self.password)
+            .finish()
+    }
+}
+
+/// A vim25 SOAP client for one vCenter.
+pub struct Client {
+    sdk_url: String,
+    http: reqwest::Client,
+    credentials: Credentials,
+    content: OnceCell<ServiceContent>,
+    session: Mutex<bool>,
+    logins: AtomicU64,
+    calls: AtomicU64,
+    retries: u32,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("sdk_url", &self.sdk_url)
+            .field("credentials", &self.credentials)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether a request failed in certificate verification (never worth retrying).
+fn is_tls_error(e: &reqwest::Error) -> bool {
+    let chain = crate::error_chain(e).to_ascii_lowercase();
+    chain.contains("certificate") || chain.contains("thumbprint")
+}
+
+/// The SOAPAction header value (vim25 6.5: what every vCenter since 6.5 and vcsim accept).
+const SOAP_ACTION: &str = "\"urn:vim25/6.5\"";
+
+impl Client {
+    /// A client for `https://<server>:<port>/sdk`.
+    pub fn new(server: &str, port: u16, tls: &TlsOptions, credentials: Credentials) -> Result<Self, Error> {
+        let host = if server.contains(':') && !server.starts_with('[') {
+            format!("[{server}]")
+        } else {
+            server.to_string()
+        };
+        Ok(Self {
+            sdk_url: format!("https://{host}:{port}/sdk"),
+            http: http_client(tls, Duration::from_secs(60))?,
+            credentials,
+            content: OnceCell::new(),
+            session: Mutex::new(false),
+            logins: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
+            retries: 2,
+        })
+    }
+
+    /// Sets how often a call is retried after a transport error (a closed keep-alive
+    /// connection, a reset): `soap-roundtrip-count` − 1, default 2. Every bound call is
+    /// idempotent, so a retry is always safe.
+    pub fn with_retries(mut self, retries: u32) -> Self {
+        self.retries = retries;
+        self
+    }
+
+    /// The SOAP endpoint.
+    pub fn url(&self) -> &str {
+        &self.sdk_url
+    }
+
+    /// How many `Login` calls this client has made.
+    pub fn logins(&self) -> u64 {
+        self.logins.load(Ordering::SeqCst)
+    }
+
+    /// How many SOAP requests this client has sent.
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    async fn post(&self, body: &str) -> Result<Element, Error> {
+        let envelope = xml::envelope(body);
+        let mut attempt = 0;
+        let resp = loop {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let sent = self
+                .http
+                .post(&self.sdk_url)
+                .header("Content-Type", "text/xml; charset=\"utf-8\"")
+                .header("SOAPAction", SOAP_ACTION)
+                .body(envelope.clone())
+                .send()
+                .await;
+            match sent {
+                Ok(r) => break r,
+                Err(e)
+                    if attempt < self.retries && (e.is_request() || e.is_connect()) && !is_tls_error(&e) =>
+                {
+                    attempt += 1;
+                    debug!(url = %self.sdk_url, attempt, error = %crate::error_chain(&e), "retrying vCenter request after a transport error");
+                    tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+                }
+                Err(e) => {
+                    return Err(Error::Connect {
+                        url: self.sdk_url.clone(),
+                        reason: crate::error_chain(&e),
+                    });
+                }
+            }
+        };
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| Error::Connect {
+            url: self.sdk_url.clone(),
+            reason: crate::error_chain(&e),
+        })?;
+        let root = match xml::parse(&text) {
+            Ok(r) => r,
+            Err(_) if !status.is_success() => {
+                return Err(Error::Status {
+                    url: self.sdk_url.clone(),
+                    status: status.as_u16(),
+                    body: text.chars().take(200).collect(),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let body = root
+            .child("Body")
+            .ok_or_else(|| Error::Response("SOAP answer without Body".into()))?;
+        if let Some(fault) = body.child("Fault") {
+            let detail = fault.child("detail").and_then(|d| d.children.first());
+            let kind = detail
+                .and_then(|d| {
+                    d.xsi_type
+                        .clone()
+                        .or_else(|| Some(d.name.trim_end_matches("Fault").to_string()))
+                })
+                .unwrap_or_else(|| fault.child_text("faultcode").unwrap_or_default().to_string());
+            return Err(Error::Fault(SoapFault {
+                kind,
+                message: fault.child_text("faultstring").unwrap_or_default().to_string(),
+            }));
+        }
+        if !status.is_success() {
+            return Err(Error::Status {
+                url: self.sdk_url.clone(),
+                status: status.as_u16(),
+                body: text.chars().take(200).collect(),
+            });
+        }
+        body.children
+            .first()
+            .cloned()
+            .ok_or_else(|| Error::Response("empty SOAP Body".into()))
+    }
+
+    /// `RetrieveServiceContent` (cached; needs no session).
+    pub async fn service_content(&self) -> Result<&ServiceContent, Error> {
+        self.content
+            .get_or_try_init(|| async {
+                let r = self
+                    .post("<RetrieveServiceContent xmlns=\"urn:vim25\"><_this type=\"ServiceInstance\">ServiceInstance</_this></RetrieveServiceContent>")
+                    .await?;
+                let rv = r.child("returnval").ok_or_else(|| Error::Response("RetrieveServiceContent: no returnval".into()))?;
+                let mo = |name: &str| {
+                    rv.child(name).and_then(MoRef::from_element).ok_or_else(|| Error::Response(format!("ServiceContent without {name}")))
+                };
+                Ok(ServiceContent {
+                    root_folder: mo("rootFolder")?,
+                    property_collector: mo("propertyCollector")?,
+                    view_manager: mo("viewManager")?,
+                    search_index: mo("searchIndex")?,
+                    session_manager: mo("sessionManager")?,
+                    api_version: rv.path(&["about", "apiVersion"]).map(|e| e.text.clone()).unwrap_or_default(),
+                })
+            })
+            .await
+    }
+
+    /// `SessionManager.Login` with the configured credentials (a new session even if one
+    /// exists).
+    pub async fn login(&self) -> Result<(), Error> {
+        *self.session.lock().await = false;
+        self.login_once().await
+    }
+
+    /// `SessionManager.Logout` (errors ignored).
+    pub async fn logout(&self) {
+        let mut s = self.session.lock().await;
+        if !*s {
+            return;
+        }
+        if let Ok(sc) = self.service_content().await {
+            let _ = self
+                .post(&format!(
+                    "<Logout xmlns=\"urn:vim25\">{}</Logout>",
+                    sc.session_manager.to_xml("_this")
+                ))
+                .await;
+        }
+        *s = false;
+    }
+
+    /// `SessionManager.SessionIsActive`-equivalent: whether a cheap authenticated call works.
+    pub async fn session_is_active(&self) -> bool {
+        let Ok(sc) = self.service_content().await else {
+            return false;
+        };
+        let body = format!(
+            "<RetrievePropertiesEx xmlns=\"urn:vim25\">{}<specSet><propSet><type>SessionManager</type><pathSet>currentSession</pathSet></propSet><objectSet>{}</objectSet></specSet><options></options></RetrievePropertiesEx>",
+            sc.property_collector.to_xml("_this"),
+            sc.session_manager.to_xml("obj")
+        );
+        self.post(&body).await.is_ok_and(|r| r.find("userName").is_some())
+    }
+
+    /// Sends a call that needs a session, logging in first if needed and once more when the
+    /// session has expired (`NotAuthenticated`).
+    async fn call(&self, body: &str) -> Result<Element, Error> {
+        let logged_in = *self.session.lock().await;
+        if !logged_in {
+            self.login_once().await?;
+        }
+        match self.post(body).await {
+            Err(Error::Fault(f)) if f.kind == "NotAuthenticated" => {
+                debug!(url = %self.sdk_url, "vCenter session expired; logging in again");
+                *self.session.lock().await = false;
+                self.login_once().await?;
+                self.post(body).await
+            }
+            other => other,
+        }
+    }
+
+    /// Logs in unless another task did so meanwhile.
+    async fn login_once(&self) -> Result<(), Error> {
+        let sc = self.service_content().await?;
+        let mut s = self.session.lock().await;
+        if *s {
+            return Ok(());
+        }
+        let body = format!(
+            "<Login xmlns=\"urn:vim25\">{}<userName>{}</userName><password>{}</password></Login>",
+            sc.session_manager.to_xml("_this"),
+            escape(&self.credentials.username),
+            escape(self.credentials.password.expose())
+        );
+        self.logins.fetch_add(1, Ordering::SeqCst);
+        self.post(&body).await?;
+        info!(url = %self.sdk_url, user = %self.credentials.username, "logged in to vCenter");
+        *s = true;
+        Ok(())
+    }
+
+    fn search_body(
+        &self,
+        sc: &ServiceContent,
+        method: &str,
+        datacenter: Option<&MoRef>,
+        args: &str,
+    ) -> String {
+        format!(
+            "<{method} xmlns=\"urn:vim25\">{}{}{args}</{method}>",
+            sc.search_index.to_xml("_this"),
+            datacenter.map(|d| d.to_xml("datacenter")).unwrap_or_default()
+        )
+    }
+
+    /// `SearchIndex.FindByUuid` for a VM by BIOS UUID (or instance UUID).
+    pub async fn find_by_uuid(
+        &self,
+        datacenter: Option<&MoRef>,
+        uuid: &str,
+        instance_uuid: bool,
+    ) -> Result<Option<MoRef>, Error> {
+        let sc = self.service_content().await?.clone();
+        let args = format!(
+            "<uuid>{}</uuid><vmSearch>true</vmSearch><instanceUuid>{instance_uuid}</instanceUuid>",
+            escape(uuid)
+        );
+        let r = self
+            .call(&self.search_body(&sc, "FindByUuid", datacenter, &args))
+            .await?;
+        Ok(r.child("returnval").and_then(MoRef::from_element))
+    }
+
+    /// `SearchIndex.FindAllByDnsName` for VMs whose guest reports this host name.
+    pub async fn find_all_by_dns_name(
+        &self,
+        datacenter: Option<&MoRef>,
+        name: &str,
+    ) -> Result<Vec<MoRef>, Error> {
+        let sc = self.service_content().await?.clone();
+        let args = format!("<dnsName>{}</dnsName><vmSearch>true</vmSearch>", escape(name));
+        let r = self
+            .call(&self.search_body(&sc, "FindAllByDnsName", datacenter, &args))
+            .await?;
+        Ok(r.children_named("returnval")
+            .filter_map(MoRef::from_element)
+            .collect())
+    }
+
+    /// `SearchIndex.FindByIp` for a VM with this guest IP.
+    pub async fn find_by_ip(&self, datacenter: Option<&MoRef>, ip: &str) -> Result<Option<MoRef>, Error> {
+        let sc = self.service_content().await?.clone();
+        let args = format!("<ip>{}</ip><vmSearch>true</vmSearch>", escape(ip));
+        let r = self
+            .call(&self.search_body(&sc, "FindByIp", datacenter, &args))
+            .await?;
+        Ok(r.child("returnval").and_then(MoRef::from_element))
+    }
+
+    fn collect(r: &Element, out: &mut Vec<(MoRef, PropertySet)>) -> Option<String> {
+        let rv = r.child("returnval")?;
+        for o in rv.children_named("objects") {
+            let Some(obj) = o.child("obj").and_then(MoRef::from_element) else {
+                continue;
+            };
+            let mut set = PropertySet::default();
+            for p in o.children_named("propSet") {
+                if let (Some(name), Some(val)) = (p.child_text("name"), p.child("val")) {
+                    set.props.insert(name.to_string(), val.clone());
+                }
+            }
+            out.push((obj, set));
+        }
+        rv.child_text("token").map(str::to_string)
+    }
+
+    /// `RetrievePropertiesEx` (+ `ContinueRetrievePropertiesEx`) with an object spec XML.
+    async fn retrieve(
+        &self,
+        type_: &str,
+        paths: &[&str],
+        object_set: &str,
+    ) -> Result<Vec<(MoRef, PropertySet)>, Error> {
+        let sc = self.service_content().await?.clone();
+        let path_set: String = paths
+            .iter()
+            .map(|p| format!("<pathSet>{}</pathSet>", escape(p)))
+            .collect();
+        let body = format!(
+            "<RetrievePropertiesEx xmlns=\"urn:vim25\">{}<specSet><propSet><type>{}</type>{path_set}</propSet>{object_set}</specSet><options></options></RetrievePropertiesEx>",
+            sc.property_collector.to_xml("_this"),
+            escape(type_)
+        );
+        let mut out = Vec::new();
+        let mut token = Self::collect(&self.call(&body).await?, &mut out);
+        while let Some(t) = token {
+            let body = format!(
+                "<ContinueRetrievePropertiesEx xmlns=\"urn:vim25\">{}<token>{}</token></ContinueRetrievePropertiesEx>",
+                sc.property_collector.to_xml("_this"),
+                escape(&t)
+            );
+            let r = self.call(&body).await?;
+            // ContinueRetrievePropertiesEx answers a RetrieveResult directly in returnval.
+            token = Self::collect(&r, &mut out);
+        }
+        Ok(out)
+    }
+
+    /// Named properties of one object. A deleted object is a `ManagedObjectNotFound` fault.
+    pub async fn retrieve_properties(&self, obj: &MoRef, paths: &[&str]) -> Result<PropertySet, Error> {
+        let objects = self
+            .retrieve(
+                &obj.kind,
+                paths,
+                &format!("<objectSet>{}</objectSet>", obj.to_xml("obj")),
+            )
+            .await?;
+        Ok(objects.into_iter().next().map(|(_, s)| s).unwrap_or_default())
+    }
+
+    /// Every object of `type_` under the root folder, with named properties (a container view,
+    /// destroyed afterwards).
+    pub async fn list_objects(
+        &self,
+        type_: &str,
+        paths: &[&str],
+    ) -> Result<Vec<(MoRef, PropertySet)>, Error> {
+        let sc = self.service_content().await?.clone();
+        let body = format!(
+            "<CreateContainerView xmlns=\"urn:vim25\">{}{}<type>{}</type><recursive>true</recursive></CreateContainerView>",
+            sc.view_manager.to_xml("_this"),
+            sc.root_folder.to_xml("container"),
+            escape(type_)
+        );
+        let r = self.call(&body).await?;
+        let view = r
+            .child("returnval")
+            .and_then(MoRef::from_element)
+            .ok_or_else(|| Error::Response("CreateContainerView: no view".into()))?;
+        let object_set = format!(
+            "<objectSet>{}<skip>true</skip><selectSet xsi:type=\"TraversalSpec\"><type>ContainerView</type><path>view</path><skip>false</skip></selectSet></objectSet>",
+            view.to_xml("obj")
+        );
+        let result = self.retrieve(type_, paths, &object_set).await;
+        let _ = self
+            .call(&format!(
+                "<DestroyView xmlns=\"urn:vim25\">{}</DestroyView>",
+                view.to_xml("_this")
+            ))
+            .await;
+        result
+    }
+
+    /// The object and its ancestors (`parent`, or `resourcePool`'s parents), up to the root.
+    pub async fn ancestors(&self, obj: &MoRef) -> Result<Vec<MoRef>, Error> {
+        let mut chain = vec![obj.clone()];
+        let mut current = obj.clone();
+        for _ in 0..64 {
+            let props = self.retrieve_properties(&current, &["parent"]).await?;
+            match props.moref("parent") {
+                Some(parent) => {
+                    chain.push(parent.clone());
+                    current = parent;
+                }
+                None => return Ok(chain),
+            }
+        }
+        Err(Error::Response(format!(
+            "ancestor chain of {obj} is longer than 64 objects"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn property_sets_read_typed_values() {
+        let doc = r#"<R><returnval><objects><obj type="VirtualMachine">vm-1</obj>
+            <propSet><name>summary.config.uuid</name><val xsi:type="xsd:string">4211ab</val></propSet>
+            <propSet><name>summary.config.numCpu</name><val xsi:type="xsd:int">4</val></propSet>
+            <propSet><name>runtime.host</name><val XMLSchema-instance:type="ManagedObjectReference" type="HostSystem">host-9</val></propSet>
+            <propSet><name>guest.net</name><val xsi:type="ArrayOfGuestNicInfo">
+              <GuestNicInfo><network>VM Network</network><ipAddress>10.0.0.5</ipAddress><macAddress>00:50:56:01:02:03</macAddress><deviceConfigId>4000</deviceConfigId></GuestNicInfo>
+              <GuestNicInfo><ipAddress>172.17.0.1</ipAddress><deviceConfigId>-1</deviceConfigId></GuestNicInfo>
+            </val></propSet></objects><token>t1</token></returnval></R>"#;
+        let mut out = Vec::new();
+        let token = Client::collect(&xml::parse(doc).unwrap(), &mut out);
+        assert_eq!(token.as_deref(), Some("t1"));
+        let (obj, p) = &out[0];
+        assert_eq!(obj, &MoRef::new("VirtualMachine", "vm-1"));
+        assert_eq!(p.string("summary.config.uuid").as_deref(), Some("4211ab"));
+        assert_eq!(p.int("summary.config.numCpu"), Some(4));
+        assert_eq!(p.moref("runtime.host"), Some(MoRef::new("HostSystem", "host-9")));
+        let nics = p.guest_nics("guest.net");
+        assert_eq!(nics.len(), 2);
+        assert_eq!(nics[0].network, "VM Network");
+        assert_eq!(nics[1].device_config_id, -1);
+        assert!(!p.has("guest.hostName"));
+    }
+}
