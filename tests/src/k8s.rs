@@ -112,3 +112,31 @@ pub async fn start_controllers(
     .await?;
     Ok(InProcessControllers { ctx, shutdown })
 }
+
+/// Sets the Node's `Ready` condition (what kubelet would report).
+pub async fn set_ready(nodes: &Api<Node>, name: &str, status: &str) -> Result<()> {
+    use k8s_openapi::api::core::v1::NodeCondition;
+    let cond = NodeCondition {
+        type_: "Ready".into(),
+        status: status.into(),
+        reason: Some("Test".into()),
+        ..Default::default()
+    };
+    let patch = serde_json::json!({ "status": { "conditions": [cond] } });
+    nodes
+        .patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// The Node, once the cloud-node controller has initialised it (no uninitialized taint, some
+/// addresses); `None` before.
+pub async fn initialised(nodes: &Api<Node>, name: &str) -> Option<Node> {
+    use k8s_cloud_provider::node::helpers::{addresses, has_taint};
+    let n = nodes.get_opt(name).await.ok()??;
+    (!has_taint(&n, TAINT_UNINITIALIZED) && !addresses(&n).is_empty()).then_some(n)
+}

@@ -8,15 +8,15 @@ use k8s_cloud_provider::{
     node::helpers::{addresses, has_taint},
     well_known::{TAINT_SHUTDOWN, TAINT_UNINITIALIZED},
 };
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec};
 use kube::{
     Api,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, PostParams},
 };
 use rcp_e2e::{
     Moto, TestCluster,
     ccm::CcmProcess,
-    k8s::{tainted_node, wait_for},
+    k8s::{initialised, set_ready, tainted_node, wait_for},
     moto::{Instance, World},
 };
 
@@ -76,11 +76,6 @@ fn expected_addresses(i: &Instance) -> Vec<NodeAddress> {
         v.push(a("ExternalDNS", dns));
     }
     v
-}
-
-async fn initialised(nodes: &Api<Node>, name: &str) -> Option<Node> {
-    let n = nodes.get_opt(name).await.ok()??;
-    (!has_taint(&n, TAINT_UNINITIALIZED) && !addresses(&n).is_empty()).then_some(n)
 }
 
 #[tokio::test]
@@ -151,23 +146,6 @@ async fn nodes_named_by_private_dns_or_instance_id_are_initialised_from_ec2() ->
         .expect("describe_instances count in /metrics");
     println!("4 nodes initialised with {calls} DescribeInstances calls");
     assert!(calls <= 8, "look-ups are coalesced: {calls} calls for 4 nodes");
-    Ok(())
-}
-
-async fn set_ready(nodes: &Api<Node>, name: &str, status: &str) -> Result<()> {
-    let cond = NodeCondition {
-        type_: "Ready".into(),
-        status: status.into(),
-        reason: Some("Test".into()),
-        ..Default::default()
-    };
-    nodes
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(&serde_json::json!({"status": {"conditions": [cond]}})),
-        )
-        .await?;
     Ok(())
 }
 

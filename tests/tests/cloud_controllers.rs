@@ -16,14 +16,14 @@ use k8s_cloud_provider::{
         ANNOTATION_PROVIDED_NODE_IP, FINALIZER_LOAD_BALANCER_CLEANUP, TAINT_SHUTDOWN, TAINT_UNINITIALIZED,
     },
 };
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, Service, ServicePort, ServiceSpec};
 use kube::{
     Api, Client,
     api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams},
 };
 use rcp_e2e::{
     TestCluster,
-    k8s::{events_for, start_controllers, tainted_node, wait_for},
+    k8s::{events_for, initialised, set_ready, start_controllers, tainted_node, wait_for},
 };
 
 const T: Duration = Duration::from_secs(30);
@@ -42,11 +42,6 @@ fn addr(t: &str, a: &str) -> NodeAddress {
         type_: t.into(),
         address: a.into(),
     }
-}
-
-async fn initialised(nodes: &Api<Node>, name: &str) -> Option<Node> {
-    let n = nodes.get_opt(name).await.ok()??;
-    (!has_taint(&n, TAINT_UNINITIALIZED) && !addresses(&n).is_empty()).then_some(n)
 }
 
 #[tokio::test]
@@ -248,20 +243,6 @@ async fn two_hundred_tainted_nodes_are_all_initialised() -> Result<()> {
         start.elapsed(),
         cloud.calls_starting_with("InstanceMetadata").len()
     );
-    Ok(())
-}
-
-async fn set_ready(nodes: &Api<Node>, name: &str, status: &str) -> Result<()> {
-    let cond = NodeCondition {
-        type_: "Ready".into(),
-        status: status.into(),
-        reason: Some("Test".into()),
-        ..Default::default()
-    };
-    let patch = serde_json::json!({ "status": { "conditions": [cond] } });
-    nodes
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
     Ok(())
 }
 

@@ -6,9 +6,9 @@ use std::time::Duration;
 use anyhow::Result;
 use k8s_cloud_provider::{
     node::helpers::{addresses, has_taint},
-    well_known::{TAINT_SHUTDOWN, TAINT_UNINITIALIZED},
+    well_known::TAINT_SHUTDOWN,
 };
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition};
+use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use kube::{
     Api,
     api::{Patch, PatchParams, PostParams},
@@ -16,7 +16,7 @@ use kube::{
 use rcp_e2e::{
     TestCluster, Vcsim,
     ccm::CcmProcess,
-    k8s::{tainted_node, wait_for},
+    k8s::{initialised, set_ready, tainted_node, wait_for},
     vcsim::VcsimModel,
 };
 use vsphere_api::{Client, Credentials, MoRef, Secret, rest::RestClient, tls::TlsOptions};
@@ -84,11 +84,6 @@ async fn set_system_uuid(nodes: &Api<Node>, name: &str, uuid: &str) -> Result<()
         .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())
-}
-
-async fn initialised(nodes: &Api<Node>, name: &str) -> Option<Node> {
-    let n = nodes.get_opt(name).await.ok()??;
-    (!has_taint(&n, TAINT_UNINITIALIZED) && !addresses(&n).is_empty()).then_some(n)
 }
 
 /// The kubelet's (SMBIOS) byte order of a vCenter UUID: first three groups byte-swapped.
@@ -187,23 +182,6 @@ async fn zone_and_region_come_from_tags_on_the_cluster_and_the_datacenter() -> R
     ] {
         assert_eq!(labels.get(k).map(String::as_str), Some(v), "label {k}");
     }
-    Ok(())
-}
-
-async fn set_ready(nodes: &Api<Node>, name: &str, status: &str) -> Result<()> {
-    let cond = NodeCondition {
-        type_: "Ready".into(),
-        status: status.into(),
-        reason: Some("Test".into()),
-        ..Default::default()
-    };
-    nodes
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(&serde_json::json!({"status": {"conditions": [cond]}})),
-        )
-        .await?;
     Ok(())
 }
 

@@ -532,9 +532,12 @@ impl Workspace {
                 .map(|d| d.phase.to_string())
                 .unwrap_or_else(|| "undeclared".into());
             let closure = self.closure(&m.name);
-            let own_sdk = closure.iter().filter(|c| {
-                !self.members.contains_key(*c) && self.provider_of(c).as_deref() == Some(provider)
-            });
+            let globs = self
+                .providers
+                .get(provider)
+                .map(|d| d.sdk.clone())
+                .unwrap_or_default();
+            let own_sdk = closure.iter().filter(|c| globs.iter().any(|g| glob_match(g, c)));
             let own_sdk: Vec<_> = own_sdk.cloned().collect();
             let foreign: Vec<_> = closure
                 .iter()

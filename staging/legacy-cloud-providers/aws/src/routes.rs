@@ -90,6 +90,21 @@ impl AwsCloud {
         Ok(id)
     }
 
+    async fn describe_table(&self, table_id: &str) -> CloudResult<Vec<aws_sdk_ec2::types::RouteTable>> {
+        let out = self
+            .api
+            .call(
+                "describe_route_tables",
+                self.ec2
+                    .describe_route_tables()
+                    .filters(Filter::builder().name("route-table-id").values(table_id).build())
+                    .send(),
+            )
+            .await
+            .map_err(|e| cloud_error(format!("describing route table {table_id}"), e))?;
+        Ok(out.route_tables().to_vec())
+    }
+
     fn node_name_for_instance(&self, instance_id: &str, private_dns: &str) -> String {
         if let Some(store) = self.instances.nodes() {
             for n in store.list() {
@@ -106,19 +121,8 @@ impl AwsCloud {
 impl Routes for AwsCloud {
     async fn list_routes(&self, cluster_name: &str) -> CloudResult<Vec<Route>> {
         let table_id = self.route_table_id().await?;
-        let out = self
-            .api
-            .call(
-                "describe_route_tables",
-                self.ec2
-                    .describe_route_tables()
-                    .filters(Filter::builder().name("route-table-id").values(&table_id).build())
-                    .send(),
-            )
-            .await
-            .map_err(|e| cloud_error("listing routes", e))?;
         let mut routes = Vec::new();
-        for table in out.route_tables() {
+        for table in self.describe_table(&table_id).await? {
             for r in table.routes() {
                 let Some(cidr) = r.destination_cidr_block() else {
                     continue;
@@ -190,18 +194,8 @@ impl Routes for AwsCloud {
                 })?;
             self.instances.invalidate(&NodeKey::Id(instance.id.clone()));
         }
-        let existing = self
-            .api
-            .call(
-                "describe_route_tables",
-                self.ec2
-                    .describe_route_tables()
-                    .filters(Filter::builder().name("route-table-id").values(&table_id).build())
-                    .send(),
-            )
-            .await
-            .map_err(|e| cloud_error("listing routes", e))?;
-        let blackholed = existing.route_tables().iter().flat_map(|t| t.routes()).any(|r| {
+        let existing = self.describe_table(&table_id).await?;
+        let blackholed = existing.iter().flat_map(|t| t.routes()).any(|r| {
             r.destination_cidr_block() == Some(route.destination_cidr.as_str())
                 && r.state() == Some(&RouteState::Blackhole)
         });
