@@ -57,9 +57,10 @@ impl TestCluster {
 
         // etcd 3.4 cannot skip fsync; keep its data on tmpfs when there is one.
         let etcd_tmpfs = if Path::new("/dev/shm").is_dir() {
+            sweep_dead_etcd_dirs();
             Some(
                 tempfile::Builder::new()
-                    .prefix("rcp-etcd-")
+                    .prefix(&format!("rcp-etcd-{}-", std::process::id()))
                     .tempdir_in("/dev/shm")?,
             )
         } else {
@@ -335,6 +336,27 @@ fn kubeconfig_yaml(server: &str, user: &str, token: &str, impersonate: Option<(&
          insecure-skip-tls-verify: true\nusers:\n- name: {user}\n  user:\n{auth}contexts:\n- name: test\n  \
          context:\n    cluster: test\n    user: {user}\ncurrent-context: test\n"
     )
+}
+
+/// Removes `/dev/shm/rcp-etcd-<pid>-*` directories of test processes that no longer exist
+/// (a test process killed with SIGKILL cannot clean up after itself).
+fn sweep_dead_etcd_dirs() {
+    let Ok(entries) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("rcp-etcd-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 fn random_token() -> String {

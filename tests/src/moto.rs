@@ -111,6 +111,31 @@ impl Moto {
         ]
     }
 
+    /// Requests an ACM certificate in this moto (with boto3 from moto's venv) and returns its
+    /// ARN, for TLS listeners (moto checks that certificates exist).
+    pub fn acm_certificate(&self, domain: &str) -> Result<String> {
+        let python = paths::test_bin("moto_server")?
+            .canonicalize()?
+            .parent()
+            .map(|d| d.join("python"))
+            .context("moto's venv")?;
+        let script = format!(
+            "import boto3; c = boto3.client('acm', endpoint_url='{}', region_name='{REGION}', aws_access_key_id='AKIDTEST', aws_secret_access_key='x'); print(c.request_certificate(DomainName='{domain}')['CertificateArn'])",
+            self.endpoint
+        );
+        let out = std::process::Command::new(python)
+            .arg("-c")
+            .arg(script)
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "requesting an ACM certificate from moto failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8(out.stdout)?.trim().to_string())
+    }
+
     /// Wipes all emulated state.
     pub async fn reset(&self) -> Result<()> {
         reqwest::Client::new()

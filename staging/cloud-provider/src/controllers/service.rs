@@ -8,7 +8,9 @@
 //!   list changes.
 //! - Backends follow the newest node predicates (not being deleted, exclusion label, no
 //!   cluster-autoscaler deletion taint; readiness ignored). A node-set change updates every
-//!   load balancer whose (name, providerID) set changed, in parallel.
+//!   load balancer whose (name, providerID, labels) set changed, in parallel. (Upstream
+//!   ignores label changes, so provider label filters such as AWS `target-node-labels` did not
+//!   follow them; deliberate difference.)
 //! - Per-service back-off 5 s → 300 s; a provider's `CloudError::Retry` re-queues after
 //!   exactly its delay.
 //! - Events use upstream's reasons and messages exactly.
@@ -167,6 +169,7 @@ impl ServiceController {
                         InformerEvent::Updated { old, new } => {
                             if is_load_balancer_backend(&old) != is_load_balancer_backend(&new)
                                 || provider_id(&old) != provider_id(&new)
+                                || old.metadata.labels != new.metadata.labels
                             {
                                 this.node_queue.add(new.metadata.name.clone().unwrap_or_default());
                             }

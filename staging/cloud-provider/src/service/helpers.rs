@@ -277,14 +277,19 @@ pub fn load_balancer_backends(nodes: &[Arc<Node>]) -> Vec<Arc<Node>> {
     v
 }
 
-/// Node name → provider ID, to compare node sets "sufficiently" (names and provider IDs).
-pub fn node_set_fingerprint(nodes: &[Arc<Node>]) -> BTreeMap<String, String> {
+/// Node name → (provider ID, labels), to compare node sets "sufficiently". Upstream compares
+/// names and provider IDs only; labels are included here so that provider-side label filters
+/// (e.g. AWS `target-node-labels`) follow label changes (deliberate difference).
+pub fn node_set_fingerprint(nodes: &[Arc<Node>]) -> BTreeMap<String, (String, BTreeMap<String, String>)> {
     nodes
         .iter()
         .map(|n| {
             (
                 n.metadata.name.clone().unwrap_or_default(),
-                crate::node::helpers::provider_id(n).to_string(),
+                (
+                    crate::node::helpers::provider_id(n).to_string(),
+                    n.metadata.labels.clone().unwrap_or_default(),
+                ),
             )
         })
         .collect()

@@ -5,8 +5,8 @@
 //! without IMDS when region, VPC, subnet and cluster ID are configured (AWS-01…06, IMDS only as
 //! a fallback for the region and the self instance), `InstancesV2`, `Instances` and `Zones`
 //! (AWS-07…24, [`instances`]), routes (AWS-59…63, [`routes`]), throttling back-off and metrics
-//! (AWS-73…78, [`api`]). Load balancers are not implemented yet (the service controller is
-//! skipped: "the cloud provider does not support external load balancers").
+//! (AWS-73…78, [`api`]), Classic ELB and NLB load balancers with their security groups and
+//! all 30 Service annotations (AWS-25…58, [`lb`], [`annotations`]).
 //!
 //! Deliberate differences from upstream:
 //! - look-ups are coalesced with read-ahead and cached 10 s ([`instances`]), instead of one
@@ -19,9 +19,11 @@
 //!   header hook); `DescribeInstanceTopology` labels (`topology.k8s.aws/network-node-layer-N`)
 //!   and Fargate nodes are not supported yet.
 
+pub mod annotations;
 pub mod api;
 pub mod config;
 pub mod instances;
+pub mod lb;
 pub mod routes;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
@@ -79,6 +81,8 @@ pub struct AwsCloud {
     cluster_id: String,
     api: AwsApi,
     ec2: aws_sdk_ec2::Client,
+    elb: aws_sdk_elasticloadbalancing::Client,
+    elbv2: aws_sdk_elasticloadbalancingv2::Client,
     instances: Arc<InstanceCache>,
     zone_ids: Mutex<BTreeMap<String, String>>,
     route_table: Mutex<Option<String>>,
@@ -168,6 +172,22 @@ impl AwsCloud {
                 .region(Region::new(o.signing_region.clone()));
         }
         let ec2 = aws_sdk_ec2::Client::from_conf(ec2_conf.build());
+        let mut elb_conf = aws_sdk_elasticloadbalancing::config::Builder::from(&sdk);
+        if let Some(o) = config.override_for(AwsService::Elb, &region) {
+            info!(url = %o.url, "using the ELB endpoint of [ServiceOverride {:?}]", o.id);
+            elb_conf = elb_conf
+                .endpoint_url(&o.url)
+                .region(Region::new(o.signing_region.clone()));
+        }
+        let elb = aws_sdk_elasticloadbalancing::Client::from_conf(elb_conf.build());
+        let mut elbv2_conf = aws_sdk_elasticloadbalancingv2::config::Builder::from(&sdk);
+        if let Some(o) = config.override_for(AwsService::Elbv2, &region) {
+            info!(url = %o.url, "using the ELBv2 endpoint of [ServiceOverride {:?}]", o.id);
+            elbv2_conf = elbv2_conf
+                .endpoint_url(&o.url)
+                .region(Region::new(o.signing_region.clone()));
+        }
+        let elbv2 = aws_sdk_elasticloadbalancingv2::Client::from_conf(elbv2_conf.build());
         let api = AwsApi::default();
 
         let cluster_id = match config.cluster_id() {
@@ -196,6 +216,8 @@ impl AwsCloud {
             cluster_id,
             api,
             ec2,
+            elb,
+            elbv2,
             instances,
             zone_ids: Mutex::new(BTreeMap::new()),
             route_table: Mutex::new(None),
@@ -342,6 +364,10 @@ impl CloudProvider for AwsCloud {
     }
 
     fn routes(&self) -> Option<&dyn Routes> {
+        Some(self)
+    }
+
+    fn load_balancer(&self) -> Option<&dyn k8s_cloud_provider::LoadBalancer> {
         Some(self)
     }
 

@@ -1,0 +1,928 @@
+//! Classic ELB (spec A6.2): listeners (TCP/HTTP, TLS by `ssl-cert`/`ssl-ports`/
+//! `backend-protocol`), health check, attributes, proxy-protocol and SSL-negotiation policies,
+//! subnets and security groups on existing load balancers, instance registration by diff, and
+//! the node security-group rule "all traffic from the load balancer's group".
+
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
+
+use aws_sdk_elasticloadbalancing::types::{
+    AccessLog, ConnectionDraining, ConnectionSettings, CrossZoneLoadBalancing, HealthCheck, Instance,
+    Listener, LoadBalancerAttributes, LoadBalancerDescription, PolicyAttribute, Tag,
+};
+use k8s_cloud_provider::{
+    CloudError, CloudResult,
+    service::helpers::{load_balancer_source_ranges, service_health_check_path_port, service_key},
+};
+use k8s_openapi::api::core::v1::Service;
+
+use super::{LbPort, network::CidrRule, not_found_as_none};
+use crate::{AwsCloud, annotations::LbOptions, cloud_error, instances::InstanceInfo};
+
+/// Proxy-protocol policy name (AWS-36).
+pub const PROXY_PROTOCOL_POLICY: &str = "k8s-proxyprotocol-enabled";
+/// Prefix of SSL-negotiation policies (AWS-37).
+pub const SSL_POLICY_PREFIX: &str = "k8s-SSLNegotiationPolicy-";
+
+/// One wanted listener.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ListenerSpec {
+    /// Front-end protocol.
+    pub protocol: String,
+    /// Load balancer port.
+    pub port: i32,
+    /// Back-end protocol.
+    pub instance_protocol: String,
+    /// NodePort.
+    pub instance_port: i32,
+    /// Certificate ARN for SSL/HTTPS.
+    pub certificate: Option<String>,
+}
+
+/// The listeners of AWS-34.
+pub fn listeners(ports: &[LbPort], opts: &LbOptions) -> Result<Vec<ListenerSpec>, CloudError> {
+    let backend = opts.backend_protocol.as_deref();
+    ports
+        .iter()
+        .map(|p| {
+            let (fe, be) = if opts.is_ssl_port(p.port, p.name.as_deref()) {
+                match backend {
+                    None | Some("tcp") => ("SSL", "TCP"),
+                    Some("http") => ("HTTPS", "HTTP"),
+                    Some("https") => ("HTTPS", "HTTPS"),
+                    Some("ssl") => ("SSL", "SSL"),
+                    Some(other) => {
+                        return Err(CloudError::msg(format!(
+                            "backend-protocol {other:?} is not supported"
+                        )));
+                    }
+                }
+            } else if backend == Some("http") {
+                ("HTTP", "HTTP")
+            } else {
+                ("TCP", "TCP")
+            };
+            Ok(ListenerSpec {
+                protocol: fe.into(),
+                port: p.port,
+                instance_protocol: be.into(),
+                instance_port: p.node_port,
+                certificate: matches!(fe, "SSL" | "HTTPS")
+                    .then(|| opts.ssl_cert.clone())
+                    .flatten(),
+            })
+        })
+        .collect()
+}
+
+fn spec_of(l: &Listener) -> ListenerSpec {
+    ListenerSpec {
+        protocol: l.protocol().to_ascii_uppercase(),
+        port: l.load_balancer_port(),
+        instance_protocol: l.instance_protocol().unwrap_or(l.protocol()).to_ascii_uppercase(),
+        instance_port: l.instance_port(),
+        certificate: l.ssl_certificate_id().map(str::to_string),
+    }
+}
+
+fn same_listener(a: &ListenerSpec, b: &ListenerSpec) -> bool {
+    a.port == b.port
+        && a.instance_port == b.instance_port
+        && a.protocol.eq_ignore_ascii_case(&b.protocol)
+        && a.instance_protocol.eq_ignore_ascii_case(&b.instance_protocol)
+        && a.certificate.as_deref().map(str::to_ascii_lowercase)
+            == b.certificate.as_deref().map(str::to_ascii_lowercase)
+}
+
+/// The health check of AWS-38: `(target, healthy, unhealthy, timeout, interval)`.
+pub fn health_check(
+    svc: &Service,
+    opts: &LbOptions,
+    ports: &[LbPort],
+    shared_probe: Option<(i32, String)>,
+) -> (String, i32, i32, i32, i32) {
+    let first_node_port = ports.first().map(|p| p.node_port).unwrap_or(0);
+    let (mut proto, mut port, mut path) = match service_health_check_path_port(svc) {
+        Some((path, port)) => ("HTTP".to_string(), port.to_string(), path.to_string()),
+        None => match shared_probe {
+            Some((port, path)) => ("HTTP".to_string(), port.to_string(), path),
+            None => {
+                let p = if matches!(opts.backend_protocol.as_deref(), Some("https" | "ssl")) {
+                    "SSL"
+                } else {
+                    "TCP"
+                };
+                (p.to_string(), first_node_port.to_string(), String::new())
+            }
+        },
+    };
+    if let Some(p) = &opts.hc_protocol {
+        proto = p.clone();
+        if proto == "TCP" || proto == "SSL" {
+            path.clear();
+        } else if path.is_empty() {
+            path = "/".into();
+        }
+    }
+    if let Some(p) = &opts.hc_port {
+        port = if p == "traffic-port" {
+            first_node_port.to_string()
+        } else {
+            p.clone()
+        };
+    }
+    if let Some(p) = &opts.hc_path
+        && (proto == "HTTP" || proto == "HTTPS")
+    {
+        path = p.clone();
+    }
+    let target = if proto == "HTTP" || proto == "HTTPS" {
+        format!("{proto}:{port}{path}")
+    } else {
+        format!("{proto}:{port}")
+    };
+    (
+        target,
+        opts.hc_healthy.unwrap_or(2),
+        opts.hc_unhealthy.unwrap_or(6),
+        opts.hc_timeout.unwrap_or(5),
+        opts.hc_interval.unwrap_or(10),
+    )
+}
+
+impl AwsCloud {
+    pub(crate) async fn describe_classic(&self, name: &str) -> CloudResult<Option<LoadBalancerDescription>> {
+        let r = self
+            .api
+            .call(
+                "elb_describe_load_balancers",
+                self.elb
+                    .describe_load_balancers()
+                    .load_balancer_names(name)
+                    .send(),
+            )
+            .await;
+        let out = not_found_as_none(r, &["LoadBalancerNotFound"])
+            .map_err(|e| cloud_error(format!("describing classic ELB {name}"), e))?;
+        Ok(out.and_then(|o| o.load_balancer_descriptions().first().cloned()))
+    }
+
+    fn shared_probe(&self, svc: &Service) -> Option<(i32, String)> {
+        if self.config.cluster_service_load_balancer_health_probe_mode != "Shared"
+            || service_health_check_path_port(svc).is_some()
+        {
+            return None;
+        }
+        let port = match self.config.cluster_service_shared_load_balancer_health_probe_port {
+            0 => 10256,
+            p => p,
+        };
+        let path = match self
+            .config
+            .cluster_service_shared_load_balancer_health_probe_path
+            .as_str()
+        {
+            "" => "/healthz".to_string(),
+            p => p.to_string(),
+        };
+        Some((port, path))
+    }
+
+    /// Creates or updates the Classic ELB of `svc`; returns its DNS name.
+    pub(crate) async fn ensure_classic(
+        &self,
+        name: &str,
+        svc: &Service,
+        opts: &LbOptions,
+        ports: &[LbPort],
+        instances: &[Arc<InstanceInfo>],
+    ) -> CloudResult<String> {
+        let key = service_key(svc);
+        let wanted_listeners = listeners(ports, opts)?;
+        let subnets = self.lb_subnets(opts.internal, &opts.subnets).await?;
+        let tags = self.resource_tags(&key, &opts.additional_tags);
+
+        // Security groups (AWS-49/50).
+        let mut groups: Vec<String> = Vec::new();
+        let mut owned_group = None;
+        if !opts.security_groups.is_empty() {
+            groups.extend(opts.security_groups.iter().cloned());
+        } else if !self.config.elb_security_group.is_empty() {
+            groups.push(self.config.elb_security_group.clone());
+        } else {
+            let id = self
+                .ensure_owned_security_group(
+                    &format!("k8s-elb-{name}"),
+                    &format!("Security group for Kubernetes ELB {name} ({key})"),
+                    &tags,
+                )
+                .await?;
+            groups.push(id.clone());
+            owned_group = Some(id);
+        }
+        for g in &opts.extra_security_groups {
+            if !groups.contains(g) {
+                groups.push(g.clone());
+            }
+        }
+        if let Some(id) = &owned_group {
+            let ranges = load_balancer_source_ranges(svc).map_err(|e| CloudError::msg(e.to_string()))?;
+            let mut rules = Vec::new();
+            for range in &ranges {
+                let cidr = range.to_string();
+                for p in ports {
+                    rules.push(CidrRule {
+                        protocol: "tcp".into(),
+                        from: p.port,
+                        to: p.port,
+                        cidr: cidr.clone(),
+                        description: String::new(),
+                    });
+                }
+                rules.push(CidrRule {
+                    protocol: "icmp".into(),
+                    from: 3,
+                    to: 4,
+                    cidr,
+                    description: String::new(),
+                });
+            }
+            self.sync_cidr_rules(id, &rules).await?;
+        }
+
+        let existing = self.describe_classic(name).await?;
+        let dns = match &existing {
+            None => {
+                let mut req = self
+                    .elb
+                    .create_load_balancer()
+                    .load_balancer_name(name)
+                    .set_subnets(Some(subnets.iter().map(|s| s.0.clone()).collect()))
+                    .set_security_groups(Some(groups.clone()))
+                    .set_tags(Some(
+                        tags.iter()
+                            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+                            .collect::<Result<Vec<_>, _>>()
+                            .map_err(|e| CloudError::msg(e.to_string()))?,
+                    ));
+                for l in &wanted_listeners {
+                    req = req.listeners(to_listener(l)?);
+                }
+                if opts.internal {
+                    req = req.scheme("internal");
+                }
+                let out = self
+                    .api
+                    .call("elb_create_load_balancer", req.send())
+                    .await
+                    .map_err(|e| cloud_error(format!("creating classic ELB {name}"), e))?;
+                tracing::info!(lb = name, service = %key, "created classic ELB");
+                out.dns_name().unwrap_or_default().to_string()
+            }
+            Some(lb) => {
+                self.sync_classic_listeners(name, lb, &wanted_listeners).await?;
+                let have: BTreeSet<String> = lb.subnets().iter().cloned().collect();
+                let want: BTreeSet<String> = subnets.iter().map(|s| s.0.clone()).collect();
+                let attach: Vec<String> = want.difference(&have).cloned().collect();
+                let detach: Vec<String> = have.difference(&want).cloned().collect();
+                if !attach.is_empty() {
+                    self.api
+                        .call(
+                            "elb_attach_load_balancer_to_subnets",
+                            self.elb
+                                .attach_load_balancer_to_subnets()
+                                .load_balancer_name(name)
+                                .set_subnets(Some(attach))
+                                .send(),
+                        )
+                        .await
+                        .map_err(|e| cloud_error(format!("attaching subnets to {name}"), e))?;
+                }
+                if !detach.is_empty() {
+                    self.api
+                        .call(
+                            "elb_detach_load_balancer_from_subnets",
+                            self.elb
+                                .detach_load_balancer_from_subnets()
+                                .load_balancer_name(name)
+                                .set_subnets(Some(detach))
+                                .send(),
+                        )
+                        .await
+                        .map_err(|e| cloud_error(format!("detaching subnets from {name}"), e))?;
+                }
+                let have_groups: BTreeSet<String> = lb.security_groups().iter().cloned().collect();
+                let want_groups: BTreeSet<String> = groups.iter().cloned().collect();
+                if have_groups != want_groups {
+                    self.api
+                        .call(
+                            "elb_apply_security_groups",
+                            self.elb
+                                .apply_security_groups_to_load_balancer()
+                                .load_balancer_name(name)
+                                .set_security_groups(Some(groups.clone()))
+                                .send(),
+                        )
+                        .await
+                        .map_err(|e| cloud_error(format!("setting the security groups of {name}"), e))?;
+                    let replaced: Vec<String> = have_groups.difference(&want_groups).cloned().collect();
+                    self.remove_replaced_groups(&replaced).await?;
+                }
+                if !opts.additional_tags.is_empty() {
+                    let extra = opts
+                        .additional_tags
+                        .iter()
+                        .map(|(k, v)| Tag::builder().key(k).value(v).build())
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| CloudError::msg(e.to_string()))?;
+                    self.api
+                        .call(
+                            "elb_add_tags",
+                            self.elb
+                                .add_tags()
+                                .load_balancer_names(name)
+                                .set_tags(Some(extra))
+                                .send(),
+                        )
+                        .await
+                        .map_err(|e| cloud_error(format!("tagging {name}"), e))?;
+                }
+                lb.dns_name().unwrap_or_default().to_string()
+            }
+        };
+
+        // Health check (AWS-38): rewritten only when a field differs (a new moto ELB has none).
+        let (target, healthy, unhealthy, timeout, interval) =
+            health_check(svc, opts, ports, self.shared_probe(svc));
+        let current = existing.as_ref().and_then(|lb| lb.health_check());
+        let differs = current.is_none_or(|h| {
+            h.target() != target
+                || h.healthy_threshold() != healthy
+                || h.unhealthy_threshold() != unhealthy
+                || h.timeout() != timeout
+                || h.interval() != interval
+        });
+        if differs {
+            let hc = HealthCheck::builder()
+                .target(&target)
+                .healthy_threshold(healthy)
+                .unhealthy_threshold(unhealthy)
+                .timeout(timeout)
+                .interval(interval)
+                .build()
+                .map_err(|e| CloudError::msg(e.to_string()))?;
+            self.api
+                .call(
+                    "elb_configure_health_check",
+                    self.elb
+                        .configure_health_check()
+                        .load_balancer_name(name)
+                        .health_check(hc)
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error(format!("configuring the health check of {name}"), e))?;
+        }
+
+        self.sync_classic_attributes(name, opts).await?;
+        self.sync_classic_policies(name, opts, &wanted_listeners).await?;
+        self.sync_classic_instances(name, existing.as_ref(), instances)
+            .await?;
+        if !self.config.disable_security_group_ingress
+            && let Some(lb_group) = groups.first()
+        {
+            self.sync_node_group_access(lb_group, instances).await?;
+        }
+        Ok(dns)
+    }
+
+    async fn sync_classic_listeners(
+        &self,
+        name: &str,
+        lb: &LoadBalancerDescription,
+        wanted: &[ListenerSpec],
+    ) -> CloudResult<()> {
+        let have: Vec<ListenerSpec> = lb
+            .listener_descriptions()
+            .iter()
+            .filter_map(|d| d.listener())
+            .map(spec_of)
+            .collect();
+        let remove: Vec<i32> = have
+            .iter()
+            .filter(|h| !wanted.iter().any(|w| same_listener(w, h)))
+            .map(|h| h.port)
+            .collect();
+        let add: Vec<&ListenerSpec> = wanted
+            .iter()
+            .filter(|w| !have.iter().any(|h| same_listener(w, h)))
+            .collect();
+        if !remove.is_empty() {
+            self.api
+                .call(
+                    "elb_delete_listeners",
+                    self.elb
+                        .delete_load_balancer_listeners()
+                        .load_balancer_name(name)
+                        .set_load_balancer_ports(Some(remove))
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error(format!("deleting listeners of {name}"), e))?;
+        }
+        if !add.is_empty() {
+            let listeners = add.into_iter().map(to_listener).collect::<Result<Vec<_>, _>>()?;
+            self.api
+                .call(
+                    "elb_create_listeners",
+                    self.elb
+                        .create_load_balancer_listeners()
+                        .load_balancer_name(name)
+                        .set_listeners(Some(listeners))
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error(format!("creating listeners of {name}"), e))?;
+        }
+        Ok(())
+    }
+
+    async fn sync_classic_attributes(&self, name: &str, opts: &LbOptions) -> CloudResult<()> {
+        let want = LoadBalancerAttributes::builder()
+            .cross_zone_load_balancing(
+                CrossZoneLoadBalancing::builder()
+                    .enabled(opts.cross_zone.unwrap_or(false))
+                    .build(),
+            )
+            .access_log({
+                let mut a = AccessLog::builder().enabled(opts.access_log_enabled.unwrap_or(false));
+                if opts.access_log_enabled == Some(true) {
+                    a = a
+                        .set_s3_bucket_name(opts.access_log_bucket.clone())
+                        .set_s3_bucket_prefix(opts.access_log_prefix.clone())
+                        .set_emit_interval(opts.access_log_emit_interval);
+                }
+                a.build()
+            })
+            .connection_draining({
+                let mut d = ConnectionDraining::builder().enabled(opts.draining_enabled.unwrap_or(false));
+                if let Some(t) = opts.draining_timeout {
+                    d = d.timeout(t);
+                }
+                d.build()
+            })
+            .connection_settings(
+                ConnectionSettings::builder()
+                    .idle_timeout(opts.idle_timeout.unwrap_or(60))
+                    .build()
+                    .map_err(|e| CloudError::msg(e.to_string()))?,
+            )
+            .build();
+        let current = self
+            .api
+            .call(
+                "elb_describe_attributes",
+                self.elb
+                    .describe_load_balancer_attributes()
+                    .load_balancer_name(name)
+                    .send(),
+            )
+            .await
+            .map_err(|e| cloud_error(format!("reading attributes of {name}"), e))?;
+        let same = current.load_balancer_attributes().is_some_and(|c| {
+            c.cross_zone_load_balancing().map(|x| x.enabled())
+                == want.cross_zone_load_balancing().map(|x| x.enabled())
+                && c.access_log().map(|x| x.enabled()) == want.access_log().map(|x| x.enabled())
+                && c.connection_draining().map(|x| {
+                    (
+                        x.enabled(),
+                        x.timeout().filter(|_| opts.draining_timeout.is_some()),
+                    )
+                }) == want.connection_draining().map(|x| (x.enabled(), x.timeout()))
+                && c.connection_settings().map(|x| x.idle_timeout())
+                    == want.connection_settings().map(|x| x.idle_timeout())
+        });
+        if !same {
+            self.api
+                .call(
+                    "elb_modify_attributes",
+                    self.elb
+                        .modify_load_balancer_attributes()
+                        .load_balancer_name(name)
+                        .load_balancer_attributes(want)
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error(format!("setting attributes of {name}"), e))?;
+        }
+        Ok(())
+    }
+
+    async fn sync_classic_policies(
+        &self,
+        name: &str,
+        opts: &LbOptions,
+        listeners: &[ListenerSpec],
+    ) -> CloudResult<()> {
+        let existing = self
+            .api
+            .call(
+                "elb_describe_policies",
+                self.elb
+                    .describe_load_balancer_policies()
+                    .load_balancer_name(name)
+                    .send(),
+            )
+            .await
+            .map_err(|e| cloud_error(format!("reading policies of {name}"), e))?;
+        let names: BTreeSet<String> = existing
+            .policy_descriptions()
+            .iter()
+            .filter_map(|p| p.policy_name().map(str::to_string))
+            .collect();
+        let backend_ports: BTreeSet<i32> = listeners.iter().map(|l| l.instance_port).collect();
+        if opts.proxy_protocol && !names.contains(PROXY_PROTOCOL_POLICY) {
+            self.create_policy(
+                name,
+                PROXY_PROTOCOL_POLICY,
+                "ProxyProtocolPolicyType",
+                "ProxyProtocol",
+                "true",
+            )
+            .await?;
+        }
+        for port in &backend_ports {
+            let policies: Vec<String> = if opts.proxy_protocol {
+                vec![PROXY_PROTOCOL_POLICY.into()]
+            } else {
+                Vec::new()
+            };
+            if !opts.proxy_protocol && !names.contains(PROXY_PROTOCOL_POLICY) {
+                continue;
+            }
+            self.api
+                .call(
+                    "elb_set_backend_policies",
+                    self.elb
+                        .set_load_balancer_policies_for_backend_server()
+                        .load_balancer_name(name)
+                        .instance_port(*port)
+                        .set_policy_names(Some(policies))
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error(format!("setting backend policies of {name}:{port}"), e))?;
+        }
+        if let Some(reference) = &opts.ssl_negotiation_policy {
+            let policy = format!("{SSL_POLICY_PREFIX}{reference}");
+            if !names.contains(&policy) {
+                self.create_policy(
+                    name,
+                    &policy,
+                    "SSLNegotiationPolicyType",
+                    "Reference-Security-Policy",
+                    reference,
+                )
+                .await?;
+            }
+            for l in listeners
+                .iter()
+                .filter(|l| l.protocol == "SSL" || l.protocol == "HTTPS")
+            {
+                self.api
+                    .call(
+                        "elb_set_listener_policies",
+                        self.elb
+                            .set_load_balancer_policies_of_listener()
+                            .load_balancer_name(name)
+                            .load_balancer_port(l.port)
+                            .policy_names(&policy)
+                            .send(),
+                    )
+                    .await
+                    .map_err(|e| cloud_error(format!("setting the SSL policy of {name}:{}", l.port), e))?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn create_policy(
+        &self,
+        lb: &str,
+        policy: &str,
+        type_: &str,
+        attr: &str,
+        value: &str,
+    ) -> CloudResult<()> {
+        self.api
+            .call(
+                "elb_create_policy",
+                self.elb
+                    .create_load_balancer_policy()
+                    .load_balancer_name(lb)
+                    .policy_name(policy)
+                    .policy_type_name(type_)
+                    .policy_attributes(
+                        PolicyAttribute::builder()
+                            .attribute_name(attr)
+                            .attribute_value(value)
+                            .build(),
+                    )
+                    .send(),
+            )
+            .await
+            .map(|_| ())
+            .or_else(|e| {
+                if e.is("DuplicatePolicyName") {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })
+            .map_err(|e| cloud_error(format!("creating policy {policy} on {lb}"), e))
+    }
+
+    /// Registers missing and deregisters extra instances (AWS-40).
+    pub(crate) async fn sync_classic_instances(
+        &self,
+        name: &str,
+        lb: Option<&LoadBalancerDescription>,
+        instances: &[Arc<InstanceInfo>],
+    ) -> CloudResult<()> {
+        let have: BTreeSet<String> = lb
+            .map(|l| {
+                l.instances()
+                    .iter()
+                    .filter_map(|i| i.instance_id().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let want: BTreeSet<String> = instances.iter().map(|i| i.id.clone()).collect();
+        let register: Vec<Instance> = want
+            .difference(&have)
+            .map(|id| Instance::builder().instance_id(id).build())
+            .collect();
+        let deregister: Vec<Instance> = have
+            .difference(&want)
+            .map(|id| Instance::builder().instance_id(id).build())
+            .collect();
+        if !register.is_empty() {
+            self.api
+                .call(
+                    "elb_register_instances",
+                    self.elb
+                        .register_instances_with_load_balancer()
+                        .load_balancer_name(name)
+                        .set_instances(Some(register))
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error(format!("registering instances with {name}"), e))?;
+        }
+        if !deregister.is_empty() {
+            self.api
+                .call(
+                    "elb_deregister_instances",
+                    self.elb
+                        .deregister_instances_from_load_balancer()
+                        .load_balancer_name(name)
+                        .set_instances(Some(deregister))
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error(format!("deregistering instances from {name}"), e))?;
+        }
+        Ok(())
+    }
+
+    /// The node rule "all traffic from `lb_group`" on the target instances' groups, removed
+    /// from cluster groups that no longer host targets (AWS-51).
+    pub(crate) async fn sync_node_group_access(
+        &self,
+        lb_group: &str,
+        instances: &[Arc<InstanceInfo>],
+    ) -> CloudResult<()> {
+        let refs: Vec<&InstanceInfo> = instances.iter().map(|i| i.as_ref()).collect();
+        let node_groups = self.node_security_groups(&refs).await?;
+        for g in node_groups.values() {
+            self.allow_group(g, lb_group).await?;
+        }
+        for g in self.vpc_security_groups().await? {
+            let id = g.group_id().unwrap_or_default();
+            let tags = g
+                .tags()
+                .iter()
+                .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+                .collect();
+            if !node_groups.contains_key(id)
+                && self.tagged_for_cluster(&tags)
+                && Self::allows_group(&g, lb_group)
+            {
+                self.disallow_group(&g, lb_group).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Revokes every reference to the owned groups among `groups` and deletes them.
+    async fn remove_replaced_groups(&self, groups: &[String]) -> CloudResult<()> {
+        for g in self.security_groups(groups).await? {
+            let id = g.group_id().unwrap_or_default().to_string();
+            let tags = g
+                .tags()
+                .iter()
+                .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+                .collect();
+            if !self.owned_by_cluster(&tags) || id == self.config.elb_security_group {
+                continue;
+            }
+            for other in self.vpc_security_groups().await? {
+                if Self::allows_group(&other, &id) {
+                    self.disallow_group(&other, &id).await?;
+                }
+            }
+            self.delete_owned_security_group(&g, Duration::from_secs(600))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the Classic ELB `name` and what this provider made for it (AWS-39, A6.5):
+    /// references to its owned groups are revoked from every group of the VPC, the load
+    /// balancer is deleted, then its owned groups (retrying `DependencyViolation`).
+    pub(crate) async fn delete_classic(&self, name: &str, keep: &BTreeSet<String>) -> CloudResult<bool> {
+        let lb = self.describe_classic(name).await?;
+        let mut candidates: Vec<String> = lb
+            .as_ref()
+            .map(|l| l.security_groups().to_vec())
+            .unwrap_or_default();
+        if let Some(g) = self.security_group_by_name(&format!("k8s-elb-{name}")).await?
+            && let Some(id) = g.group_id()
+            && !candidates.iter().any(|c| c == id)
+        {
+            candidates.push(id.to_string());
+        }
+        let mut doomed = Vec::new();
+        for g in self.security_groups(&candidates).await? {
+            let id = g.group_id().unwrap_or_default().to_string();
+            let tags = g
+                .tags()
+                .iter()
+                .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+                .collect();
+            if self.owned_by_cluster(&tags) && id != self.config.elb_security_group && !keep.contains(&id) {
+                doomed.push(g);
+            }
+        }
+        for g in &doomed {
+            let id = g.group_id().unwrap_or_default();
+            for other in self.vpc_security_groups().await? {
+                if Self::allows_group(&other, id) {
+                    self.disallow_group(&other, id).await?;
+                }
+            }
+        }
+        let existed = lb.is_some();
+        if existed {
+            self.api
+                .call(
+                    "elb_delete_load_balancer",
+                    self.elb.delete_load_balancer().load_balancer_name(name).send(),
+                )
+                .await
+                .map_err(|e| cloud_error(format!("deleting classic ELB {name}"), e))?;
+            tracing::info!(lb = name, "deleted classic ELB");
+        }
+        for g in &doomed {
+            self.delete_owned_security_group(g, Duration::from_secs(600))
+                .await?;
+        }
+        Ok(existed)
+    }
+}
+
+fn to_listener(l: &ListenerSpec) -> Result<Listener, CloudError> {
+    Listener::builder()
+        .protocol(&l.protocol)
+        .load_balancer_port(l.port)
+        .instance_protocol(&l.instance_protocol)
+        .instance_port(l.instance_port)
+        .set_ssl_certificate_id(l.certificate.clone())
+        .build()
+        .map_err(|e| CloudError::msg(format!("listener {}: {e}", l.port)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ServiceSpec;
+
+    fn ports() -> Vec<LbPort> {
+        vec![
+            LbPort {
+                name: Some("http".into()),
+                port: 80,
+                node_port: 30080,
+                protocol: "TCP".into(),
+            },
+            LbPort {
+                name: Some("https".into()),
+                port: 443,
+                node_port: 30443,
+                protocol: "TCP".into(),
+            },
+        ]
+    }
+
+    fn opts(ssl: bool, backend: Option<&str>, ssl_ports: Option<Vec<&str>>) -> LbOptions {
+        LbOptions {
+            ssl_cert: ssl.then(|| "arn:aws:acm:us-east-1:123:certificate/c".to_string()),
+            backend_protocol: backend.map(str::to_string),
+            ssl_ports: ssl_ports.map(|v| v.into_iter().map(str::to_string).collect()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn listener_protocols_follow_aws_34() {
+        let l = listeners(&ports(), &opts(false, None, None)).unwrap();
+        assert_eq!(
+            (
+                l[0].protocol.as_str(),
+                l[0].instance_protocol.as_str(),
+                l[0].instance_port
+            ),
+            ("TCP", "TCP", 30080)
+        );
+        let l = listeners(&ports(), &opts(false, Some("http"), None)).unwrap();
+        assert_eq!(
+            (l[1].protocol.as_str(), l[1].instance_protocol.as_str()),
+            ("HTTP", "HTTP")
+        );
+        for (backend, fe, be) in [
+            (None, "SSL", "TCP"),
+            (Some("http"), "HTTPS", "HTTP"),
+            (Some("https"), "HTTPS", "HTTPS"),
+            (Some("ssl"), "SSL", "SSL"),
+            (Some("tcp"), "SSL", "TCP"),
+        ] {
+            let l = listeners(&ports(), &opts(true, backend, Some(vec!["443"]))).unwrap();
+            assert_eq!(
+                (l[1].protocol.as_str(), l[1].instance_protocol.as_str()),
+                (fe, be),
+                "{backend:?}"
+            );
+            assert!(l[1].certificate.is_some());
+            assert!(l[0].certificate.is_none(), "port 80 is not in ssl-ports");
+        }
+        let l = listeners(&ports(), &opts(true, None, Some(vec!["https"]))).unwrap();
+        assert_eq!(l[1].protocol, "SSL", "ssl-ports may name ports");
+    }
+
+    #[test]
+    fn health_checks_follow_aws_38() {
+        let mut svc = Service {
+            spec: Some(ServiceSpec {
+                type_: Some("LoadBalancer".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            health_check(&svc, &LbOptions::default(), &ports(), None),
+            ("TCP:30080".into(), 2, 6, 5, 10)
+        );
+        assert_eq!(
+            health_check(&svc, &opts(false, Some("https"), None), &ports(), None).0,
+            "SSL:30080"
+        );
+        assert_eq!(
+            health_check(
+                &svc,
+                &LbOptions::default(),
+                &ports(),
+                Some((10256, "/healthz".into()))
+            )
+            .0,
+            "HTTP:10256/healthz"
+        );
+        let spec = svc.spec.as_mut().unwrap();
+        spec.external_traffic_policy = Some("Local".into());
+        spec.health_check_node_port = Some(32000);
+        assert_eq!(
+            health_check(&svc, &LbOptions::default(), &ports(), None).0,
+            "HTTP:32000/healthz"
+        );
+        let o = LbOptions {
+            hc_protocol: Some("HTTP".into()),
+            hc_port: Some("traffic-port".into()),
+            hc_path: Some("/ready".into()),
+            hc_healthy: Some(3),
+            hc_interval: Some(30),
+            ..Default::default()
+        };
+        assert_eq!(
+            health_check(&svc, &o, &ports(), None),
+            ("HTTP:30080/ready".into(), 3, 6, 5, 30)
+        );
+    }
+}

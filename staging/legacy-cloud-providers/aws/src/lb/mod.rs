@@ -1,0 +1,337 @@
+//! `type: LoadBalancer` Services on AWS (spec A6): Classic ELBs ([`classic`]) and NLBs with
+//! instance targets ([`nlb`]), their security groups and subnets ([`network`]).
+//!
+//! - Annotations are validated before anything is created or changed
+//!   ([`crate::annotations`]); so are the pre-flight rules of AWS-27.
+//! - A change of load-balancer type (annotation added, removed or changed) deletes the old
+//!   load balancer and its security groups before the new one is made (cp-aws#1254 leaked them;
+//!   upstream now refuses the change instead).
+//! - `nlb-ip` and `external` Services are answered "implemented elsewhere".
+//! - Deletion leaks nothing this provider made: owned groups lose every reference in the VPC
+//!   and are deleted with back-off on `DependencyViolation`; only resources tagged
+//!   `kubernetes.io/cluster/<id>=owned` are ever deleted.
+
+pub mod classic;
+pub mod network;
+pub mod nlb;
+
+use std::{collections::BTreeSet, sync::Arc};
+
+use async_trait::async_trait;
+use k8s_cloud_provider::{
+    CloudError, CloudResult, LoadBalancer,
+    service::helpers::{default_load_balancer_name, service_key},
+};
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
+
+pub(crate) use network::not_found_as_none;
+
+use crate::{
+    AwsCloud,
+    annotations::{LbKind, LbOptions},
+    instances::{InstanceInfo, METADATA_MAX_AGE, node_key},
+};
+
+/// One service port with a NodePort.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LbPort {
+    /// Port name.
+    pub name: Option<String>,
+    /// Service port.
+    pub port: i32,
+    /// NodePort.
+    pub node_port: i32,
+    /// `TCP` or `UDP`.
+    pub protocol: String,
+}
+
+/// The pre-flight checks of AWS-27 and the ports with NodePorts.
+pub fn preflight(svc: &Service, kind: LbKind) -> Result<Vec<LbPort>, CloudError> {
+    let key = service_key(svc);
+    let spec = svc.spec.clone().unwrap_or_default();
+    if spec.session_affinity.as_deref().is_some_and(|a| a != "None") {
+        return Err(CloudError::msg(format!(
+            "service {key}: spec.sessionAffinity {:?} is not supported by AWS load balancers",
+            spec.session_affinity.unwrap_or_default()
+        )));
+    }
+    if spec.load_balancer_ip.as_deref().is_some_and(|ip| !ip.is_empty()) {
+        return Err(CloudError::msg(format!(
+            "service {key}: spec.loadBalancerIP {:?} is not supported by AWS load balancers",
+            spec.load_balancer_ip.unwrap_or_default()
+        )));
+    }
+    let ports: Vec<LbPort> = spec
+        .ports
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|p| {
+            Some(LbPort {
+                name: p.name.clone(),
+                port: p.port,
+                node_port: p.node_port.filter(|n| *n > 0)?,
+                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+            })
+        })
+        .collect();
+    if ports.is_empty() {
+        return Err(CloudError::msg(format!(
+            "service {key}: no port with a NodePort to balance"
+        )));
+    }
+    let protocols: BTreeSet<&str> = ports.iter().map(|p| p.protocol.as_str()).collect();
+    if protocols.len() > 1 {
+        return Err(CloudError::msg(format!(
+            "service {key}: mixed protocols ({}) are not supported",
+            protocols.into_iter().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    let proto = ports[0].protocol.as_str();
+    match kind {
+        LbKind::Classic if proto != "TCP" => Err(CloudError::msg(format!(
+            "service {key}: Classic ELBs support TCP only, not {proto}; use type nlb for UDP"
+        ))),
+        LbKind::Network if proto != "TCP" && proto != "UDP" => Err(CloudError::msg(format!(
+            "service {key}: NLBs support TCP and UDP only, not {proto}"
+        ))),
+        _ => Ok(ports),
+    }
+}
+
+fn hostname_status(dns: &str) -> LoadBalancerStatus {
+    LoadBalancerStatus {
+        ingress: (!dns.is_empty()).then(|| {
+            vec![LoadBalancerIngress {
+                hostname: Some(dns.to_string()),
+                ..Default::default()
+            }]
+        }),
+    }
+}
+
+impl AwsCloud {
+    fn parse_options(&self, svc: &Service) -> CloudResult<LbOptions> {
+        LbOptions::parse(svc).map_err(|e| CloudError::msg(e.to_string()))
+    }
+
+    /// The instances behind the backend Nodes (filtered by `target-node-labels`; Nodes
+    /// without a usable instance are skipped, AWS-30).
+    async fn target_instances(
+        &self,
+        nodes: &[Arc<Node>],
+        opts: &LbOptions,
+    ) -> CloudResult<Vec<Arc<InstanceInfo>>> {
+        let mut out = Vec::new();
+        let mut seen = BTreeSet::new();
+        for node in nodes {
+            let labels = node.metadata.labels.clone().unwrap_or_default();
+            let selected = opts.target_node_labels.iter().all(|(k, v)| match v {
+                None => labels.contains_key(k),
+                Some(v) => labels.get(k) == Some(v),
+            });
+            if !selected {
+                continue;
+            }
+            let Ok(key) = node_key(node) else { continue };
+            match self.lookup(&key, METADATA_MAX_AGE).await? {
+                Some(i) if seen.insert(i.id.clone()) => out.push(i),
+                _ => tracing::debug!(
+                    node = node.metadata.name.as_deref().unwrap_or_default(),
+                    "no instance for node; not a load-balancer target"
+                ),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Groups the Service names explicitly (never deleted).
+    fn byo_groups(opts: Option<&LbOptions>) -> BTreeSet<String> {
+        opts.map(|o| {
+            o.security_groups
+                .iter()
+                .chain(o.extra_security_groups.iter())
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl LoadBalancer for AwsCloud {
+    async fn get_load_balancer(
+        &self,
+        _cluster: &str,
+        svc: &Service,
+    ) -> CloudResult<Option<LoadBalancerStatus>> {
+        let name = default_load_balancer_name(svc);
+        if let Some(lb) = self.describe_classic(&name).await? {
+            return Ok(Some(hostname_status(lb.dns_name().unwrap_or_default())));
+        }
+        Ok(self
+            .describe_nlb(&name)
+            .await?
+            .map(|lb| hostname_status(lb.dns_name().unwrap_or_default())))
+    }
+
+    async fn ensure_load_balancer(
+        &self,
+        _cluster: &str,
+        svc: &Service,
+        nodes: &[Arc<Node>],
+    ) -> CloudResult<LoadBalancerStatus> {
+        let opts = self.parse_options(svc)?;
+        let kind = opts.kind.unwrap_or(LbKind::Classic);
+        if kind == LbKind::Elsewhere {
+            return Err(CloudError::ImplementedElsewhere);
+        }
+        let ports = preflight(svc, kind)?;
+        let name = default_load_balancer_name(svc);
+        let keep = Self::byo_groups(Some(&opts));
+        // A type change: remove the other kind first (its groups included).
+        match kind {
+            LbKind::Classic => {
+                if self.delete_nlb(&name, svc, &keep).await? {
+                    tracing::info!(lb = %name, service = %service_key(svc), "load-balancer type changed: deleted the NLB");
+                }
+            }
+            _ => {
+                if self.delete_classic(&name, &keep).await? {
+                    tracing::info!(lb = %name, service = %service_key(svc), "load-balancer type changed: deleted the classic ELB");
+                }
+            }
+        }
+        let instances = self.target_instances(nodes, &opts).await?;
+        let dns = match kind {
+            LbKind::Classic => self.ensure_classic(&name, svc, &opts, &ports, &instances).await?,
+            _ => self.ensure_nlb(&name, svc, &opts, &ports, &instances).await?,
+        };
+        Ok(hostname_status(&dns))
+    }
+
+    async fn update_load_balancer(
+        &self,
+        _cluster: &str,
+        svc: &Service,
+        nodes: &[Arc<Node>],
+    ) -> CloudResult<()> {
+        let opts = self.parse_options(svc)?;
+        let kind = opts.kind.unwrap_or(LbKind::Classic);
+        if kind == LbKind::Elsewhere {
+            return Err(CloudError::ImplementedElsewhere);
+        }
+        let name = default_load_balancer_name(svc);
+        let instances = self.target_instances(nodes, &opts).await?;
+        match kind {
+            LbKind::Classic => {
+                let lb = self
+                    .describe_classic(&name)
+                    .await?
+                    .ok_or_else(|| CloudError::msg(format!("classic ELB {name} does not exist")))?;
+                self.sync_classic_instances(&name, Some(&lb), &instances).await?;
+                if !self.config.disable_security_group_ingress
+                    && let Some(g) = lb.security_groups().first()
+                {
+                    self.sync_node_group_access(g, &instances).await?;
+                }
+                Ok(())
+            }
+            _ => {
+                if self.describe_nlb(&name).await?.is_none() {
+                    return Err(CloudError::msg(format!("NLB {name} does not exist")));
+                }
+                let ports = preflight(svc, kind)?;
+                self.ensure_nlb(&name, svc, &opts, &ports, &instances)
+                    .await
+                    .map(|_| ())
+            }
+        }
+    }
+
+    async fn ensure_load_balancer_deleted(&self, _cluster: &str, svc: &Service) -> CloudResult<()> {
+        let name = default_load_balancer_name(svc);
+        // Bad annotations must not block deletion: only the groups they name are kept.
+        let opts = LbOptions::parse(svc).ok();
+        let keep = Self::byo_groups(opts.as_ref());
+        self.delete_classic(&name, &keep).await?;
+        self.delete_nlb(&name, svc, &keep).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+
+    fn svc(ports: Vec<(i32, Option<i32>, &str)>) -> Service {
+        Service {
+            spec: Some(ServiceSpec {
+                type_: Some("LoadBalancer".into()),
+                ports: Some(
+                    ports
+                        .into_iter()
+                        .map(|(p, n, proto)| ServicePort {
+                            port: p,
+                            node_port: n,
+                            protocol: Some(proto.into()),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn preflight_rules() {
+        assert_eq!(
+            preflight(
+                &svc(vec![(80, Some(30080), "TCP"), (81, None, "TCP")]),
+                LbKind::Classic
+            )
+            .unwrap()
+            .len(),
+            1,
+            "ports without NodePort are skipped"
+        );
+        assert!(
+            preflight(&svc(vec![(53, Some(30053), "UDP")]), LbKind::Classic)
+                .unwrap_err()
+                .to_string()
+                .contains("Classic ELBs support TCP only")
+        );
+        assert!(preflight(&svc(vec![(53, Some(30053), "UDP")]), LbKind::Network).is_ok());
+        assert!(
+            preflight(
+                &svc(vec![(53, Some(30053), "UDP"), (80, Some(30080), "TCP")]),
+                LbKind::Network
+            )
+            .unwrap_err()
+            .to_string()
+            .contains("mixed protocols")
+        );
+        assert!(
+            preflight(&svc(vec![(80, Some(30080), "SCTP")]), LbKind::Network)
+                .unwrap_err()
+                .to_string()
+                .contains("NLBs support TCP and UDP only")
+        );
+        assert!(
+            preflight(&svc(vec![]), LbKind::Classic)
+                .unwrap_err()
+                .to_string()
+                .contains("no port")
+        );
+        let mut s = svc(vec![(80, Some(30080), "TCP")]);
+        s.spec.as_mut().unwrap().session_affinity = Some("ClientIP".into());
+        assert!(
+            preflight(&s, LbKind::Classic)
+                .unwrap_err()
+                .to_string()
+                .contains("sessionAffinity")
+        );
+    }
+}

@@ -1,0 +1,708 @@
+//! Subnets and security groups for load balancers (AWS-29, AWS-49…54, AWS-57).
+//!
+//! Only security groups tagged `kubernetes.io/cluster/<id>=owned` (or legacy
+//! `KubernetesCluster=<id>`) are ever deleted, and rules are only ever revoked from groups that
+//! carry the cluster tag, or from the load balancer's own group.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use aws_sdk_ec2::types::{
+    Filter, IpPermission, IpRange, ResourceType, SecurityGroup, Tag, TagSpecification, UserIdGroupPair,
+};
+use k8s_cloud_provider::{CloudError, CloudResult};
+
+use crate::{AwsCloud, api::AwsError, cloud_error};
+
+/// One wanted ingress rule from a CIDR.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CidrRule {
+    /// `tcp`, `udp`, `icmp` or `-1`.
+    pub protocol: String,
+    /// From port (ICMP: type).
+    pub from: i32,
+    /// To port (ICMP: code).
+    pub to: i32,
+    /// Source CIDR.
+    pub cidr: String,
+    /// Rule description (empty = none).
+    pub description: String,
+}
+
+impl CidrRule {
+    fn to_permission(&self) -> IpPermission {
+        let mut range = IpRange::builder().cidr_ip(&self.cidr);
+        if !self.description.is_empty() {
+            range = range.description(&self.description);
+        }
+        IpPermission::builder()
+            .ip_protocol(&self.protocol)
+            .from_port(self.from)
+            .to_port(self.to)
+            .ip_ranges(range.build())
+            .build()
+    }
+}
+
+/// The CIDR rules of a group, flattened (one per CIDR).
+pub fn cidr_rules(group: &SecurityGroup) -> Vec<CidrRule> {
+    let mut out = Vec::new();
+    for p in group.ip_permissions() {
+        for r in p.ip_ranges() {
+            out.push(CidrRule {
+                protocol: p.ip_protocol().unwrap_or("-1").to_string(),
+                from: p.from_port().unwrap_or(-1),
+                to: p.to_port().unwrap_or(-1),
+                cidr: r.cidr_ip().unwrap_or_default().to_string(),
+                description: r.description().unwrap_or_default().to_string(),
+            });
+        }
+    }
+    out
+}
+
+fn tags_of(group: &SecurityGroup) -> BTreeMap<String, String> {
+    group
+        .tags()
+        .iter()
+        .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+        .collect()
+}
+
+impl AwsCloud {
+    fn cluster_tag_key(&self) -> String {
+        format!("kubernetes.io/cluster/{}", self.cluster_id)
+    }
+
+    /// Whether a tag set marks the resource as belonging to this cluster (AWS-55).
+    pub(crate) fn tagged_for_cluster(&self, tags: &BTreeMap<String, String>) -> bool {
+        tags.contains_key(&self.cluster_tag_key()) || tags.get("KubernetesCluster") == Some(&self.cluster_id)
+    }
+
+    /// Whether a tag set marks the resource as owned by this cluster (safe to delete, AWS-56).
+    pub(crate) fn owned_by_cluster(&self, tags: &BTreeMap<String, String>) -> bool {
+        tags.get(&self.cluster_tag_key()).map(String::as_str) == Some("owned")
+            || tags.get("KubernetesCluster") == Some(&self.cluster_id)
+    }
+
+    /// The tags of resources this provider creates: cluster ownership, the Service, extras.
+    pub(crate) fn resource_tags(
+        &self,
+        service_key: &str,
+        extra: &BTreeMap<String, String>,
+    ) -> Vec<(String, String)> {
+        let mut tags: BTreeMap<String, String> = extra.clone();
+        tags.insert(self.cluster_tag_key(), "owned".into());
+        tags.insert("kubernetes.io/service-name".into(), service_key.into());
+        if self.config.legacy_tags() {
+            tags.insert("KubernetesCluster".into(), self.cluster_id.clone());
+        }
+        tags.into_iter().collect()
+    }
+
+    /// The VPC of the cluster (`[Global] VPC`, else the VPC of the cluster's route table).
+    pub(crate) async fn vpc_id(&self) -> CloudResult<String> {
+        if !self.config.vpc.is_empty() {
+            return Ok(self.config.vpc.clone());
+        }
+        let table = self.route_table_id().await?;
+        let out = self
+            .api
+            .call(
+                "describe_route_tables",
+                self.ec2.describe_route_tables().route_table_ids(&table).send(),
+            )
+            .await
+            .map_err(|e| cloud_error("finding the cluster VPC", e))?;
+        out.route_tables()
+            .first()
+            .and_then(|t| t.vpc_id())
+            .map(str::to_string)
+            .ok_or_else(|| {
+                CloudError::msg("cannot tell the cluster's VPC: set [Global] VPC in the cloud config")
+            })
+    }
+
+    /// Subnets for a load balancer (AWS-29): the `subnets` annotation (IDs or Name tags), else
+    /// one subnet per zone among the cluster's (or untagged) subnets — public ones only for
+    /// internet-facing load balancers — preferring the role tag, then the cluster tag, then
+    /// the smallest ID; else `[Global] SubnetID`.
+    pub(crate) async fn lb_subnets(
+        &self,
+        internal: bool,
+        wanted: &[String],
+    ) -> CloudResult<Vec<(String, String, String)>> {
+        let vpc = self.vpc_id().await?;
+        let out = self
+            .api
+            .call(
+                "describe_subnets",
+                self.ec2
+                    .describe_subnets()
+                    .filters(Filter::builder().name("vpc-id").values(&vpc).build())
+                    .send(),
+            )
+            .await
+            .map_err(|e| cloud_error("listing subnets", e))?;
+        // (id, zone, cidr, tags)
+        let subnets: Vec<(String, String, String, BTreeMap<String, String>)> = out
+            .subnets()
+            .iter()
+            .map(|s| {
+                (
+                    s.subnet_id().unwrap_or_default().to_string(),
+                    s.availability_zone().unwrap_or_default().to_string(),
+                    s.cidr_block().unwrap_or_default().to_string(),
+                    s.tags()
+                        .iter()
+                        .filter_map(|t| {
+                            Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string()))
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        if !wanted.is_empty() {
+            let mut chosen = Vec::new();
+            for w in wanted {
+                let found = subnets.iter().find(|s| &s.0 == w || s.3.get("Name") == Some(w));
+                match found {
+                    Some(s) => chosen.push((s.0.clone(), s.1.clone(), s.2.clone())),
+                    None => {
+                        return Err(CloudError::msg(format!(
+                            "annotation service.beta.kubernetes.io/aws-load-balancer-subnets: {w:?} is neither a subnet ID nor a Name tag of a subnet in {vpc}"
+                        )));
+                    }
+                }
+            }
+            return Ok(chosen);
+        }
+        let public: BTreeSet<String> = if internal {
+            BTreeSet::new()
+        } else {
+            self.public_subnets(&vpc).await?
+        };
+        let role = if internal {
+            "kubernetes.io/role/internal-elb"
+        } else {
+            "kubernetes.io/role/elb"
+        };
+        let mut by_zone: BTreeMap<String, (u8, String, String)> = BTreeMap::new();
+        for (id, zone, cidr, tags) in &subnets {
+            let cluster_tagged = self.tagged_for_cluster(tags);
+            let other_cluster =
+                tags.keys().any(|k| k.starts_with("kubernetes.io/cluster/")) && !cluster_tagged;
+            if other_cluster || (!internal && !public.contains(id)) {
+                continue;
+            }
+            let rank = if tags.contains_key(role) {
+                0
+            } else if cluster_tagged {
+                1
+            } else {
+                2
+            };
+            let better = match by_zone.get(zone) {
+                None => true,
+                Some((r, other, _)) => rank < *r || (rank == *r && id < other),
+            };
+            if better {
+                by_zone.insert(zone.clone(), (rank, id.clone(), cidr.clone()));
+            }
+        }
+        if by_zone.is_empty() {
+            if let Some(s) = subnets.iter().find(|s| s.0 == self.config.subnet_id) {
+                return Ok(vec![(s.0.clone(), s.1.clone(), s.2.clone())]);
+            }
+            return Err(CloudError::msg(format!(
+                "no {} subnet found in {vpc} for the load balancer: tag subnets with {} or set the subnets annotation",
+                if internal { "" } else { "public" },
+                role
+            )));
+        }
+        Ok(by_zone
+            .into_iter()
+            .map(|(zone, (_, id, cidr))| (id, zone, cidr))
+            .collect())
+    }
+
+    /// Subnets whose route table (explicit association, else the VPC's main table) routes
+    /// through an internet gateway.
+    async fn public_subnets(&self, vpc: &str) -> CloudResult<BTreeSet<String>> {
+        let out = self
+            .api
+            .call(
+                "describe_route_tables",
+                self.ec2
+                    .describe_route_tables()
+                    .filters(Filter::builder().name("vpc-id").values(vpc).build())
+                    .send(),
+            )
+            .await
+            .map_err(|e| cloud_error("listing route tables", e))?;
+        let subnets = self
+            .api
+            .call(
+                "describe_subnets",
+                self.ec2
+                    .describe_subnets()
+                    .filters(Filter::builder().name("vpc-id").values(vpc).build())
+                    .send(),
+            )
+            .await
+            .map_err(|e| cloud_error("listing subnets", e))?;
+        let mut main_public = false;
+        let mut explicit: BTreeMap<String, bool> = BTreeMap::new();
+        for t in out.route_tables() {
+            let public = t
+                .routes()
+                .iter()
+                .any(|r| r.gateway_id().is_some_and(|g| g.starts_with("igw")));
+            for a in t.associations() {
+                if a.main() == Some(true) {
+                    main_public = public;
+                }
+                if let Some(s) = a.subnet_id() {
+                    explicit.insert(s.to_string(), public);
+                }
+            }
+        }
+        Ok(subnets
+            .subnets()
+            .iter()
+            .filter_map(|s| s.subnet_id())
+            .filter(|id| explicit.get(*id).copied().unwrap_or(main_public))
+            .map(str::to_string)
+            .collect())
+    }
+
+    /// Security groups by ID.
+    pub(crate) async fn security_groups(&self, ids: &[String]) -> CloudResult<Vec<SecurityGroup>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let out = self
+            .api
+            .call(
+                "describe_security_groups",
+                self.ec2
+                    .describe_security_groups()
+                    .set_group_ids(Some(ids.to_vec()))
+                    .send(),
+            )
+            .await
+            .map_err(|e| cloud_error(format!("describing security groups {ids:?}"), e))?;
+        Ok(out.security_groups().to_vec())
+    }
+
+    /// The security group named `name` in the VPC, if any.
+    pub(crate) async fn security_group_by_name(&self, name: &str) -> CloudResult<Option<SecurityGroup>> {
+        let vpc = self.vpc_id().await?;
+        let out = self
+            .api
+            .call(
+                "describe_security_groups",
+                self.ec2
+                    .describe_security_groups()
+                    .filters(Filter::builder().name("group-name").values(name).build())
+                    .filters(Filter::builder().name("vpc-id").values(&vpc).build())
+                    .send(),
+            )
+            .await
+            .map_err(|e| cloud_error(format!("looking up security group {name}"), e))?;
+        Ok(out.security_groups().first().cloned())
+    }
+
+    /// Ensures an owned security group `name` exists (AWS-49, AWS-57): created with the
+    /// cluster and additional tags; an existing one gets missing tags repaired; one tagged
+    /// for another cluster is an error. Returns its ID.
+    pub(crate) async fn ensure_owned_security_group(
+        &self,
+        name: &str,
+        description: &str,
+        tags: &[(String, String)],
+    ) -> CloudResult<String> {
+        if let Some(existing) = self.security_group_by_name(name).await? {
+            let id = existing.group_id().unwrap_or_default().to_string();
+            let have = tags_of(&existing);
+            if have.keys().any(|k| k.starts_with("kubernetes.io/cluster/")) && !self.tagged_for_cluster(&have)
+            {
+                return Err(CloudError::msg(format!(
+                    "security group {name} ({id}) is tagged for another cluster"
+                )));
+            }
+            let missing: Vec<Tag> = tags
+                .iter()
+                .filter(|(k, v)| have.get(k) != Some(v))
+                .map(|(k, v)| Tag::builder().key(k).value(v).build())
+                .collect();
+            if !missing.is_empty() {
+                self.api
+                    .call(
+                        "create_tags",
+                        self.ec2
+                            .create_tags()
+                            .resources(&id)
+                            .set_tags(Some(missing))
+                            .send(),
+                    )
+                    .await
+                    .map_err(|e| cloud_error(format!("tagging security group {id}"), e))?;
+            }
+            return Ok(id);
+        }
+        let vpc = self.vpc_id().await?;
+        let spec = TagSpecification::builder()
+            .resource_type(ResourceType::SecurityGroup)
+            .set_tags(Some(
+                tags.iter()
+                    .map(|(k, v)| Tag::builder().key(k).value(v).build())
+                    .collect(),
+            ))
+            .build();
+        let created = self
+            .api
+            .call(
+                "create_security_group",
+                self.ec2
+                    .create_security_group()
+                    .group_name(name)
+                    .description(description)
+                    .vpc_id(&vpc)
+                    .tag_specifications(spec)
+                    .send(),
+            )
+            .await;
+        match created {
+            Ok(out) => Ok(out.group_id().unwrap_or_default().to_string()),
+            Err(e) if e.is("InvalidGroup.Duplicate") => self
+                .security_group_by_name(name)
+                .await?
+                .and_then(|g| g.group_id().map(str::to_string))
+                .ok_or_else(|| CloudError::msg(format!("security group {name} exists but cannot be found"))),
+            Err(e) => Err(cloud_error(format!("creating security group {name}"), e)),
+        }
+    }
+
+    /// Makes the CIDR rules of `group_id` exactly `wanted` (authorize missing, revoke extra).
+    /// Only for groups this provider owns.
+    pub(crate) async fn sync_cidr_rules(&self, group_id: &str, wanted: &[CidrRule]) -> CloudResult<()> {
+        let group = self
+            .security_groups(&[group_id.to_string()])
+            .await?
+            .into_iter()
+            .next();
+        let have: BTreeSet<CidrRule> = group
+            .as_ref()
+            .map(cidr_rules)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|mut r| {
+                r.description.clear();
+                r
+            })
+            .collect();
+        let want: BTreeSet<CidrRule> = wanted
+            .iter()
+            .cloned()
+            .map(|mut r| {
+                r.description.clear();
+                r
+            })
+            .collect();
+        let add: Vec<IpPermission> = wanted
+            .iter()
+            .filter(|r| {
+                let mut k = (*r).clone();
+                k.description.clear();
+                !have.contains(&k)
+            })
+            .map(CidrRule::to_permission)
+            .collect();
+        let remove: Vec<IpPermission> = have.difference(&want).map(CidrRule::to_permission).collect();
+        if !add.is_empty() {
+            self.api
+                .call(
+                    "authorize_security_group_ingress",
+                    self.ec2
+                        .authorize_security_group_ingress()
+                        .group_id(group_id)
+                        .set_ip_permissions(Some(add))
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error(format!("authorizing ingress on {group_id}"), e))?;
+        }
+        if !remove.is_empty() {
+            self.api
+                .call(
+                    "revoke_security_group_ingress",
+                    self.ec2
+                        .revoke_security_group_ingress()
+                        .group_id(group_id)
+                        .set_ip_permissions(Some(remove))
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error(format!("revoking ingress on {group_id}"), e))?;
+        }
+        Ok(())
+    }
+
+    /// Adds `rules` to `group_id` where missing (node groups: never removes others' rules).
+    pub(crate) async fn add_cidr_rules(&self, group: &SecurityGroup, rules: &[CidrRule]) -> CloudResult<()> {
+        let have: Vec<CidrRule> = cidr_rules(group);
+        let add: Vec<IpPermission> = rules
+            .iter()
+            .filter(|r| {
+                !have.iter().any(|h| {
+                    h.protocol == r.protocol
+                        && h.from == r.from
+                        && h.to == r.to
+                        && h.cidr == r.cidr
+                        && h.description == r.description
+                })
+            })
+            .map(CidrRule::to_permission)
+            .collect();
+        if add.is_empty() {
+            return Ok(());
+        }
+        let id = group.group_id().unwrap_or_default();
+        self.api
+            .call(
+                "authorize_security_group_ingress",
+                self.ec2
+                    .authorize_security_group_ingress()
+                    .group_id(id)
+                    .set_ip_permissions(Some(add))
+                    .send(),
+            )
+            .await
+            .map(|_| ())
+            .or_else(|e| {
+                if e.is("InvalidPermission.Duplicate") {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })
+            .map_err(|e| cloud_error(format!("authorizing ingress on {id}"), e))
+    }
+
+    /// Revokes every CIDR rule whose description is `description` from `group`.
+    pub(crate) async fn revoke_described(&self, group: &SecurityGroup, description: &str) -> CloudResult<()> {
+        let remove: Vec<IpPermission> = cidr_rules(group)
+            .into_iter()
+            .filter(|r| r.description == description)
+            .map(|r| r.to_permission())
+            .collect();
+        if remove.is_empty() {
+            return Ok(());
+        }
+        let id = group.group_id().unwrap_or_default();
+        self.api
+            .call(
+                "revoke_security_group_ingress",
+                self.ec2
+                    .revoke_security_group_ingress()
+                    .group_id(id)
+                    .set_ip_permissions(Some(remove))
+                    .send(),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| cloud_error(format!("revoking ingress on {id}"), e))
+    }
+
+    /// Whether `group` allows everything from `source_group`.
+    pub(crate) fn allows_group(group: &SecurityGroup, source_group: &str) -> bool {
+        group.ip_permissions().iter().any(|p| {
+            p.user_id_group_pairs()
+                .iter()
+                .any(|g| g.group_id() == Some(source_group))
+        })
+    }
+
+    /// Lets `source_group` reach every port of `group` (node SG rule for a CLB, AWS-51).
+    pub(crate) async fn allow_group(&self, group: &SecurityGroup, source_group: &str) -> CloudResult<()> {
+        if Self::allows_group(group, source_group) {
+            return Ok(());
+        }
+        let id = group.group_id().unwrap_or_default();
+        let perm = IpPermission::builder()
+            .ip_protocol("-1")
+            .user_id_group_pairs(UserIdGroupPair::builder().group_id(source_group).build())
+            .build();
+        self.api
+            .call(
+                "authorize_security_group_ingress",
+                self.ec2
+                    .authorize_security_group_ingress()
+                    .group_id(id)
+                    .ip_permissions(perm)
+                    .send(),
+            )
+            .await
+            .map(|_| ())
+            .or_else(|e| {
+                if e.is("InvalidPermission.Duplicate") {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })
+            .map_err(|e| cloud_error(format!("allowing {source_group} on {id}"), e))
+    }
+
+    /// Removes every rule referencing `source_group` from `group`.
+    pub(crate) async fn disallow_group(&self, group: &SecurityGroup, source_group: &str) -> CloudResult<()> {
+        let perms: Vec<IpPermission> = group
+            .ip_permissions()
+            .iter()
+            .filter(|p| {
+                p.user_id_group_pairs()
+                    .iter()
+                    .any(|g| g.group_id() == Some(source_group))
+            })
+            .map(|p| {
+                IpPermission::builder()
+                    .ip_protocol(p.ip_protocol().unwrap_or("-1"))
+                    .set_from_port(p.from_port())
+                    .set_to_port(p.to_port())
+                    .user_id_group_pairs(UserIdGroupPair::builder().group_id(source_group).build())
+                    .build()
+            })
+            .collect();
+        if perms.is_empty() {
+            return Ok(());
+        }
+        let id = group.group_id().unwrap_or_default();
+        self.api
+            .call(
+                "revoke_security_group_ingress",
+                self.ec2
+                    .revoke_security_group_ingress()
+                    .group_id(id)
+                    .set_ip_permissions(Some(perms))
+                    .send(),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| cloud_error(format!("revoking {source_group} from {id}"), e))
+    }
+
+    /// Every security group of the VPC.
+    pub(crate) async fn vpc_security_groups(&self) -> CloudResult<Vec<SecurityGroup>> {
+        let vpc = self.vpc_id().await?;
+        let out = self
+            .api
+            .call(
+                "describe_security_groups",
+                self.ec2
+                    .describe_security_groups()
+                    .filters(Filter::builder().name("vpc-id").values(&vpc).build())
+                    .send(),
+            )
+            .await
+            .map_err(|e| cloud_error("listing security groups", e))?;
+        Ok(out.security_groups().to_vec())
+    }
+
+    /// The node security group of each instance (AWS-51): the one tagged for the cluster, else
+    /// the only one. Several tagged, or several untagged with none tagged, is an error naming
+    /// the instance and the groups (cp-aws#666).
+    pub(crate) async fn node_security_groups(
+        &self,
+        instances: &[&crate::instances::InstanceInfo],
+    ) -> CloudResult<BTreeMap<String, SecurityGroup>> {
+        let ids: BTreeSet<String> = instances
+            .iter()
+            .flat_map(|i| i.security_groups.iter().cloned())
+            .collect();
+        let groups: BTreeMap<String, SecurityGroup> = self
+            .security_groups(&ids.into_iter().collect::<Vec<_>>())
+            .await?
+            .into_iter()
+            .map(|g| (g.group_id().unwrap_or_default().to_string(), g))
+            .collect();
+        let mut out = BTreeMap::new();
+        for i in instances {
+            let mine: Vec<&SecurityGroup> =
+                i.security_groups.iter().filter_map(|id| groups.get(id)).collect();
+            let tagged: Vec<&&SecurityGroup> = mine
+                .iter()
+                .filter(|g| self.tagged_for_cluster(&tags_of(g)))
+                .collect();
+            let chosen = match (tagged.as_slice(), mine.as_slice()) {
+                ([one], _) => **one,
+                ([], [one]) => *one,
+                ([], []) => continue,
+                (many, _) if many.len() > 1 => {
+                    return Err(CloudError::msg(format!(
+                        "instance {} has several security groups tagged for the cluster ({}); keep the tag on one",
+                        i.id,
+                        many.iter()
+                            .filter_map(|g| g.group_id())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+                (_, all) => {
+                    return Err(CloudError::msg(format!(
+                        "instance {} has several security groups ({}) and none is tagged {}",
+                        i.id,
+                        all.iter()
+                            .filter_map(|g| g.group_id())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        self.cluster_tag_key()
+                    )));
+                }
+            };
+            out.insert(chosen.group_id().unwrap_or_default().to_string(), chosen.clone());
+        }
+        Ok(out)
+    }
+
+    /// Deletes an owned security group, retrying `DependencyViolation` (the load balancer's
+    /// network interfaces drain for a while after deletion) every 5 s for up to `patience`.
+    pub(crate) async fn delete_owned_security_group(
+        &self,
+        group: &SecurityGroup,
+        patience: std::time::Duration,
+    ) -> CloudResult<()> {
+        let id = group.group_id().unwrap_or_default().to_string();
+        if !self.owned_by_cluster(&tags_of(group)) {
+            tracing::info!(group = %id, "not deleting security group: not owned by this cluster");
+            return Ok(());
+        }
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            match self
+                .api
+                .call(
+                    "delete_security_group",
+                    self.ec2.delete_security_group().group_id(&id).send(),
+                )
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) if e.code_starts_with("InvalidGroup.NotFound") => return Ok(()),
+                Err(e) if e.is("DependencyViolation") && tokio::time::Instant::now() < deadline => {
+                    tracing::info!(group = %id, "security group still in use; retrying its deletion in 5 s");
+                    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+                }
+                Err(e) => return Err(cloud_error(format!("deleting security group {id}"), e)),
+            }
+        }
+    }
+}
+
+/// Maps an AWS "not found" error to `Ok(None)`.
+pub(crate) fn not_found_as_none<T>(r: Result<T, AwsError>, codes: &[&str]) -> Result<Option<T>, AwsError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if codes.iter().any(|c| e.is(c)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,718 @@
+//! AWS load balancers: `cloud-controller-manager-aws` as a real process on kube-apiserver and
+//! moto, asserted on the moto resources.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use anyhow::Result;
+use aws_sdk_ec2::types::Filter;
+use k8s_cloud_provider::service::helpers::default_load_balancer_name;
+use k8s_openapi::api::core::v1::{Node, Service, ServicePort, ServiceSpec};
+use kube::{
+    Api,
+    api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams},
+};
+use rcp_e2e::{
+    Moto, TestCluster,
+    ccm::CcmProcess,
+    k8s::{events_for, initialised, tainted_node, wait_for},
+    moto::World,
+};
+
+const T: Duration = Duration::from_secs(90);
+const PREFIX: &str = "service.beta.kubernetes.io/aws-load-balancer-";
+
+struct Env {
+    cluster: TestCluster,
+    moto: Moto,
+    world: World,
+    nodes: Api<Node>,
+    services: Api<Service>,
+    _ccm: CcmProcess,
+}
+
+async fn env(instances: usize) -> Result<Env> {
+    let cluster = TestCluster::start().await?;
+    let moto = Moto::start().await?;
+    let world = moto.build_world("e2e", instances).await?;
+    let config = cluster.dir().join("cloud.conf");
+    std::fs::write(&config, moto.cloud_config(&world))?;
+    let ccm = CcmProcess::start_with_env(
+        "cloud-controller-manager-aws",
+        "ccm-aws-lb",
+        cluster.kubeconfig_path(),
+        cluster.dir(),
+        &[
+            format!("--cloud-config={}", config.display()),
+            "--leader-elect=false".into(),
+            "--cluster-name=e2e".into(),
+        ],
+        &moto.sdk_env(),
+    )?;
+    let client = cluster.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    for i in &world.instances {
+        nodes
+            .create(&PostParams::default(), &tainted_node(&i.private_dns_name))
+            .await?;
+    }
+    for i in &world.instances {
+        wait_for("node initialised", T, || initialised(&nodes, &i.private_dns_name)).await?;
+    }
+    Ok(Env {
+        services: Api::namespaced(client, "default"),
+        cluster,
+        moto,
+        world,
+        nodes,
+        _ccm: ccm,
+    })
+}
+
+fn service(name: &str, annotations: &[(&str, &str)], ports: &[(i32, &str)]) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            annotations: Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| (format!("{PREFIX}{k}"), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("LoadBalancer".into()),
+            selector: Some([("app".to_string(), name.to_string())].into()),
+            ports: Some(
+                ports
+                    .iter()
+                    .map(|(p, n)| ServicePort {
+                        port: *p,
+                        name: Some(n.to_string()),
+                        protocol: Some("TCP".into()),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn hostname(s: &Service) -> Option<String> {
+    s.status
+        .as_ref()?
+        .load_balancer
+        .as_ref()?
+        .ingress
+        .as_ref()?
+        .first()?
+        .hostname
+        .clone()
+}
+
+async fn ingress(services: &Api<Service>, name: &str) -> Result<Service> {
+    wait_for(&format!("{name} ingress"), T, || async {
+        services.get(name).await.ok().filter(|s| hostname(s).is_some())
+    })
+    .await
+}
+
+fn elb(moto: &Moto) -> aws_sdk_elasticloadbalancing::Client {
+    aws_sdk_elasticloadbalancing::Client::from_conf(
+        aws_sdk_elasticloadbalancing::Config::builder()
+            .behavior_version(aws_sdk_elasticloadbalancing::config::BehaviorVersion::latest())
+            .region(aws_sdk_elasticloadbalancing::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_elasticloadbalancing::config::Credentials::new(
+                "AKIDTEST",
+                "moto-test-secret",
+                None,
+                None,
+                "static",
+            ))
+            .endpoint_url(moto.endpoint())
+            .build(),
+    )
+}
+
+fn elbv2(moto: &Moto) -> aws_sdk_elasticloadbalancingv2::Client {
+    aws_sdk_elasticloadbalancingv2::Client::from_conf(
+        aws_sdk_elasticloadbalancingv2::Config::builder()
+            .behavior_version(aws_sdk_elasticloadbalancingv2::config::BehaviorVersion::latest())
+            .region(aws_sdk_elasticloadbalancingv2::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_elasticloadbalancingv2::config::Credentials::new(
+                "AKIDTEST",
+                "moto-test-secret",
+                None,
+                None,
+                "static",
+            ))
+            .endpoint_url(moto.endpoint())
+            .build(),
+    )
+}
+
+fn node_ports(s: &Service) -> Vec<i32> {
+    s.spec
+        .as_ref()
+        .and_then(|s| s.ports.clone())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|p| p.node_port)
+        .collect()
+}
+
+/// Security groups other than the world's node group and the VPC's default group.
+async fn extra_groups(env: &Env) -> Result<Vec<String>> {
+    let out = env
+        .moto
+        .ec2()
+        .describe_security_groups()
+        .filters(Filter::builder().name("vpc-id").values(&env.world.vpc_id).build())
+        .send()
+        .await?;
+    Ok(out
+        .security_groups()
+        .iter()
+        .filter(|g| {
+            g.group_id() != Some(env.world.security_group_id.as_str()) && g.group_name() != Some("default")
+        })
+        .filter_map(|g| g.group_name().map(str::to_string))
+        .collect())
+}
+
+async fn node_group_refs(env: &Env) -> Result<(usize, Vec<String>)> {
+    let out = env
+        .moto
+        .ec2()
+        .describe_security_groups()
+        .group_ids(&env.world.security_group_id)
+        .send()
+        .await?;
+    let g = &out.security_groups()[0];
+    let group_refs = g
+        .ip_permissions()
+        .iter()
+        .flat_map(|p| p.user_id_group_pairs())
+        .count();
+    let described: Vec<String> = g
+        .ip_permissions()
+        .iter()
+        .flat_map(|p| p.ip_ranges())
+        .filter_map(|r| r.description().map(str::to_string))
+        .collect();
+    Ok((group_refs, described))
+}
+
+async fn nothing_left(env: &Env) -> Result<()> {
+    wait_for("no load balancer left", T, || async {
+        let clbs = elb(&env.moto).describe_load_balancers().send().await.ok()?;
+        let nlbs = elbv2(&env.moto).describe_load_balancers().send().await.ok()?;
+        let tgs = elbv2(&env.moto).describe_target_groups().send().await.ok()?;
+        (clbs.load_balancer_descriptions().is_empty()
+            && nlbs.load_balancers().is_empty()
+            && tgs.target_groups().is_empty())
+        .then_some(())
+    })
+    .await?;
+    assert!(
+        extra_groups(env).await?.is_empty(),
+        "security groups left: {:?}",
+        extra_groups(env).await?
+    );
+    let (refs, described) = node_group_refs(env).await?;
+    assert_eq!(refs, 0, "the node group still references a load-balancer group");
+    assert!(
+        described
+            .iter()
+            .all(|d| !d.starts_with("kubernetes.io/rule/nlb/")),
+        "NLB rules left on the node group: {described:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn classic_elb_with_annotations_follows_nodes_and_leaves_nothing_behind() -> Result<()> {
+    let env = env(3).await?;
+    let mut svc = service(
+        "web",
+        &[
+            ("additional-resource-tags", "team=web,cost-center=42"),
+            ("healthcheck-healthy-threshold", "3"),
+            ("healthcheck-interval", "15"),
+            ("healthcheck-timeout", "4"),
+            ("connection-idle-timeout", "120"),
+            ("cross-zone-load-balancing-enabled", "true"),
+            ("proxy-protocol", "*"),
+        ],
+        &[(80, "http")],
+    );
+    svc.spec.as_mut().unwrap().load_balancer_source_ranges = Some(vec!["10.0.0.0/8".into()]);
+    env.services.create(&PostParams::default(), &svc).await?;
+    let svc = ingress(&env.services, "web").await?;
+    let name = default_load_balancer_name(&svc);
+    let node_port = node_ports(&svc)[0];
+
+    let elb = elb(&env.moto);
+    let d = elb
+        .describe_load_balancers()
+        .load_balancer_names(&name)
+        .send()
+        .await?;
+    let lb = &d.load_balancer_descriptions()[0];
+    assert_eq!(
+        hostname(&svc).as_deref(),
+        lb.dns_name(),
+        "status hostname is the ELB's DNS name"
+    );
+    let l = lb.listener_descriptions()[0].listener().unwrap();
+    assert_eq!(
+        (
+            l.protocol(),
+            l.load_balancer_port(),
+            l.instance_protocol(),
+            l.instance_port()
+        ),
+        ("TCP", 80, Some("TCP"), node_port)
+    );
+    let hc = lb.health_check().expect("health check configured");
+    assert_eq!(
+        (
+            hc.target(),
+            hc.healthy_threshold(),
+            hc.unhealthy_threshold(),
+            hc.interval(),
+            hc.timeout()
+        ),
+        (format!("TCP:{node_port}").as_str(), 3, 6, 15, 4)
+    );
+    assert_eq!(lb.instances().len(), 3);
+    assert_eq!(lb.scheme(), Some("internet-facing"));
+    let subnets: std::collections::BTreeSet<&str> = lb.subnets().iter().map(String::as_str).collect();
+    assert_eq!(
+        subnets,
+        env.world.subnets.iter().map(|s| s.1.as_str()).collect(),
+        "one public subnet per zone"
+    );
+    let attrs = elb
+        .describe_load_balancer_attributes()
+        .load_balancer_name(&name)
+        .send()
+        .await?;
+    let a = attrs.load_balancer_attributes().unwrap();
+    assert_eq!(a.connection_settings().map(|c| c.idle_timeout()), Some(120));
+    assert_eq!(a.cross_zone_load_balancing().map(|c| c.enabled()), Some(true));
+    let tags = elb.describe_tags().load_balancer_names(&name).send().await?;
+    let tags: BTreeMap<String, String> = tags.tag_descriptions()[0]
+        .tags()
+        .iter()
+        .map(|t| (t.key().to_string(), t.value().unwrap_or_default().to_string()))
+        .collect();
+    assert_eq!(tags.get("team").map(String::as_str), Some("web"));
+    assert_eq!(
+        tags.get("kubernetes.io/cluster/e2e").map(String::as_str),
+        Some("owned")
+    );
+    assert_eq!(
+        tags.get("kubernetes.io/service-name").map(String::as_str),
+        Some("default/web")
+    );
+    let policies = elb
+        .describe_load_balancer_policies()
+        .load_balancer_name(&name)
+        .send()
+        .await?;
+    assert!(
+        policies
+            .policy_descriptions()
+            .iter()
+            .any(|p| p.policy_name() == Some("k8s-proxyprotocol-enabled"))
+    );
+
+    // The ELB's own group: exactly port 80 and ICMP 3/4 from the source range.
+    let ec2 = env.moto.ec2();
+    let g = ec2
+        .describe_security_groups()
+        .filters(
+            Filter::builder()
+                .name("group-name")
+                .values(format!("k8s-elb-{name}"))
+                .build(),
+        )
+        .send()
+        .await?;
+    let g = &g.security_groups()[0];
+    assert_eq!(lb.security_groups(), [g.group_id().unwrap().to_string()]);
+    let mut rules: Vec<(String, i32, i32, String)> = g
+        .ip_permissions()
+        .iter()
+        .flat_map(|p| {
+            p.ip_ranges().iter().map(move |r| {
+                (
+                    p.ip_protocol().unwrap_or_default().to_string(),
+                    p.from_port().unwrap_or(-1),
+                    p.to_port().unwrap_or(-1),
+                    r.cidr_ip().unwrap_or_default().to_string(),
+                )
+            })
+        })
+        .collect();
+    rules.sort();
+    assert_eq!(
+        rules,
+        vec![
+            ("icmp".into(), 3, 4, "10.0.0.0/8".into()),
+            ("tcp".into(), 80, 80, "10.0.0.0/8".into())
+        ]
+    );
+    assert_eq!(
+        node_group_refs(&env).await?.0,
+        1,
+        "nodes accept traffic from the ELB's group"
+    );
+
+    let events = events_for(&env.cluster.client().await?, "default", "web").await?;
+    assert!(
+        events.iter().any(|e| e.0 == "EnsuringLoadBalancer")
+            && events.iter().any(|e| e.0 == "EnsuredLoadBalancer"),
+        "{events:?}"
+    );
+
+    // A node joins, then one leaves: the instances follow.
+    let more = env.moto.run_instances(&env.world, 1).await?;
+    env.nodes
+        .create(&PostParams::default(), &tainted_node(&more[0].private_dns_name))
+        .await?;
+    wait_for("4 instances", T, || async {
+        let d = elb
+            .describe_load_balancers()
+            .load_balancer_names(&name)
+            .send()
+            .await
+            .ok()?;
+        (d.load_balancer_descriptions()[0].instances().len() == 4).then_some(())
+    })
+    .await?;
+    env.nodes
+        .delete(&env.world.instances[0].private_dns_name, &DeleteParams::default())
+        .await?;
+    wait_for("3 instances", T, || async {
+        let d = elb
+            .describe_load_balancers()
+            .load_balancer_names(&name)
+            .send()
+            .await
+            .ok()?;
+        let ids: Vec<&str> = d.load_balancer_descriptions()[0]
+            .instances()
+            .iter()
+            .filter_map(|i| i.instance_id())
+            .collect();
+        (ids.len() == 3 && !ids.contains(&env.world.instances[0].id.as_str())).then_some(())
+    })
+    .await?;
+
+    env.services.delete("web", &DeleteParams::default()).await?;
+    wait_for("service gone", T, || async {
+        env.services.get_opt("web").await.ok()?.is_none().then_some(())
+    })
+    .await?;
+    nothing_left(&env).await
+}
+
+#[tokio::test]
+async fn nlb_with_target_groups_targets_and_node_rules_and_a_type_switch_leave_nothing() -> Result<()> {
+    let env = env(3).await?;
+    // Only nodes labelled role=web are targets.
+    for i in &env.world.instances[..2] {
+        env.nodes
+            .patch(
+                &i.private_dns_name,
+                &PatchParams::default(),
+                &Patch::Merge(&serde_json::json!({"metadata": {"labels": {"role": "web"}}})),
+            )
+            .await?;
+    }
+    env.services
+        .create(
+            &PostParams::default(),
+            &service(
+                "api",
+                &[
+                    ("type", "nlb"),
+                    ("target-node-labels", "role=web"),
+                    ("internal", "true"),
+                ],
+                &[(80, "http"), (8443, "admin")],
+            ),
+        )
+        .await?;
+    let svc = ingress(&env.services, "api").await?;
+    let name = default_load_balancer_name(&svc);
+    let v2 = elbv2(&env.moto);
+    let lb = v2.describe_load_balancers().names(&name).send().await?;
+    let lb = &lb.load_balancers()[0];
+    assert_eq!(hostname(&svc).as_deref(), lb.dns_name());
+    assert_eq!(lb.scheme().map(|s| s.as_str()), Some("internal"));
+    let arn = lb.load_balancer_arn().unwrap();
+    let listeners = v2.describe_listeners().load_balancer_arn(arn).send().await?;
+    let mut ports: Vec<i32> = listeners.listeners().iter().filter_map(|l| l.port()).collect();
+    ports.sort();
+    assert_eq!(ports, vec![80, 8443]);
+    let tgs = v2.describe_target_groups().load_balancer_arn(arn).send().await?;
+    assert_eq!(tgs.target_groups().len(), 2);
+    let wanted_targets: std::collections::BTreeSet<String> =
+        env.world.instances[..2].iter().map(|i| i.id.clone()).collect();
+    for tg in tgs.target_groups() {
+        assert!(
+            tg.target_group_name().unwrap().starts_with("k8s-default-api-"),
+            "{:?}",
+            tg.target_group_name()
+        );
+        assert!(
+            node_ports(&svc).contains(&tg.port().unwrap()),
+            "target groups use the NodePorts"
+        );
+        assert_eq!(tg.health_check_protocol().map(|p| p.as_str()), Some("TCP"));
+        let health = v2
+            .describe_target_health()
+            .target_group_arn(tg.target_group_arn().unwrap())
+            .send()
+            .await?;
+        let ids: std::collections::BTreeSet<String> = health
+            .target_health_descriptions()
+            .iter()
+            .filter_map(|d| d.target().and_then(|t| t.id().map(str::to_string)))
+            .collect();
+        assert_eq!(ids, wanted_targets, "targets follow target-node-labels");
+    }
+    // A third node gets the label: it becomes a target of every target group.
+    let third = &env.world.instances[2];
+    env.nodes
+        .patch(
+            &third.private_dns_name,
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"metadata": {"labels": {"role": "web"}}})),
+        )
+        .await?;
+    wait_for("3 targets per target group", T, || async {
+        let tgs = v2
+            .describe_target_groups()
+            .load_balancer_arn(arn)
+            .send()
+            .await
+            .ok()?;
+        for tg in tgs.target_groups() {
+            let h = v2
+                .describe_target_health()
+                .target_group_arn(tg.target_group_arn()?)
+                .send()
+                .await
+                .ok()?;
+            if h.target_health_descriptions().len() != 3 {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await?;
+    let (_, described) = node_group_refs(&env).await?;
+    assert!(
+        described
+            .iter()
+            .any(|d| d == &format!("kubernetes.io/rule/nlb/client={name}")),
+        "{described:?}"
+    );
+    assert!(
+        described
+            .iter()
+            .any(|d| d == &format!("kubernetes.io/rule/nlb/mtu={name}")),
+        "{described:?}"
+    );
+
+    // NLB → Classic ELB (annotation removed): the NLB and its target groups go.
+    env.services
+        .patch(
+            "api",
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"metadata": {"annotations": {format!("{PREFIX}type"): null}}})),
+        )
+        .await?;
+    wait_for("classic ELB exists and the NLB is gone", T, || async {
+        let clb = elb(&env.moto)
+            .describe_load_balancers()
+            .load_balancer_names(&name)
+            .send()
+            .await
+            .ok()?;
+        let nlbs = v2.describe_load_balancers().send().await.ok()?;
+        (!clb.load_balancer_descriptions().is_empty() && nlbs.load_balancers().is_empty()).then_some(())
+    })
+    .await?;
+    assert!(
+        v2.describe_target_groups()
+            .send()
+            .await?
+            .target_groups()
+            .is_empty(),
+        "target groups went with the NLB"
+    );
+    // Classic ELB → ClusterIP: everything goes.
+    env.services.patch("api", &PatchParams::default(), &Patch::Merge(&serde_json::json!({"spec": {"type": "ClusterIP", "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": null}, {"name": "admin", "port": 8443, "protocol": "TCP", "nodePort": null}]}}))).await?;
+    nothing_left(&env).await
+}
+
+#[tokio::test]
+async fn tls_internal_and_health_check_annotations_reach_the_elb() -> Result<()> {
+    let env = env(2).await?;
+    let cert = env.moto.acm_certificate("secure.example.com")?;
+    let cert = cert.as_str();
+    env.services
+        .create(
+            &PostParams::default(),
+            &service(
+                "secure",
+                &[
+                    ("ssl-cert", cert),
+                    ("ssl-ports", "https"),
+                    ("backend-protocol", "http"),
+                    ("internal", "true"),
+                    ("healthcheck-protocol", "HTTP"),
+                    ("healthcheck-path", "/ready"),
+                ],
+                &[(80, "http"), (443, "https")],
+            ),
+        )
+        .await?;
+    let svc = match tokio::time::timeout(T, ingress(&env.services, "secure")).await {
+        Ok(s) => s?,
+        Err(_) => anyhow::bail!(
+            "no ingress; events: {:?}",
+            events_for(&env.cluster.client().await?, "default", "secure").await?
+        ),
+    };
+    let name = default_load_balancer_name(&svc);
+    let d = elb(&env.moto)
+        .describe_load_balancers()
+        .load_balancer_names(&name)
+        .send()
+        .await?;
+    let lb = &d.load_balancer_descriptions()[0];
+    assert_eq!(lb.scheme(), Some("internal"));
+    // moto 5.2.5 reports every listener's InstanceProtocol as its Protocol (it ignores the one
+    // sent), so only the front end is asserted here; the HTTPS→HTTP mapping is unit-tested
+    // (lb::classic::tests::listener_protocols_follow_aws_34).
+    let mut listeners: Vec<(i32, String, Option<String>)> = lb
+        .listener_descriptions()
+        .iter()
+        .filter_map(|d| d.listener())
+        .map(|l| {
+            (
+                l.load_balancer_port(),
+                l.protocol().to_string(),
+                l.ssl_certificate_id().map(str::to_string),
+            )
+        })
+        .collect();
+    listeners.sort();
+    assert_eq!(
+        listeners,
+        vec![
+            (80, "HTTP".into(), None),
+            (443, "HTTPS".into(), Some(cert.into()))
+        ]
+    );
+    let first_node_port = node_ports(&svc)[0];
+    assert_eq!(
+        lb.health_check().map(|h| h.target()),
+        Some(format!("HTTP:{first_node_port}/ready").as_str())
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_invalid_annotation_is_a_warning_and_changes_nothing() -> Result<()> {
+    let env = env(1).await?;
+    env.services
+        .create(
+            &PostParams::default(),
+            &service("bad", &[("healthcheck-interval", "2")], &[(80, "http")]),
+        )
+        .await?;
+    let client = env.cluster.client().await?;
+    let ev = wait_for("SyncLoadBalancerFailed", T, || async {
+        events_for(&client, "default", "bad")
+            .await
+            .ok()?
+            .into_iter()
+            .find(|e| e.0 == "SyncLoadBalancerFailed")
+    })
+    .await?;
+    assert!(
+        ev.1.contains("service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval: \"2\" is invalid"),
+        "{ev:?}"
+    );
+    assert!(
+        elb(&env.moto)
+            .describe_load_balancers()
+            .send()
+            .await?
+            .load_balancer_descriptions()
+            .is_empty(),
+        "nothing created"
+    );
+    assert!(extra_groups(&env).await?.is_empty(), "no security group created");
+    // Fixing the annotation creates the load balancer.
+    env.services.patch("bad", &PatchParams::default(), &Patch::Merge(&serde_json::json!({"metadata": {"annotations": {format!("{PREFIX}healthcheck-interval"): "20"}}}))).await?;
+    ingress(&env.services, "bad").await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn switching_classic_to_nlb_to_cluster_ip_leaves_nothing() -> Result<()> {
+    let env = env(2).await?;
+    env.services
+        .create(&PostParams::default(), &service("flip", &[], &[(80, "http")]))
+        .await?;
+    let svc = ingress(&env.services, "flip").await?;
+    let name = default_load_balancer_name(&svc);
+    assert_eq!(extra_groups(&env).await?, vec![format!("k8s-elb-{name}")]);
+    // Classic → NLB: the classic ELB, its group and the node rule referencing it go.
+    env.services
+        .patch(
+            "flip",
+            &PatchParams::default(),
+            &Patch::Merge(
+                &serde_json::json!({"metadata": {"annotations": {format!("{PREFIX}type"): "nlb"}}}),
+            ),
+        )
+        .await?;
+    let v2 = elbv2(&env.moto);
+    wait_for("the NLB exists and the classic ELB is gone", T, || async {
+        let nlb = v2.describe_load_balancers().names(&name).send().await.ok()?;
+        let clbs = elb(&env.moto).describe_load_balancers().send().await.ok()?;
+        (!nlb.load_balancers().is_empty() && clbs.load_balancer_descriptions().is_empty()).then_some(())
+    })
+    .await?;
+    assert!(
+        extra_groups(&env).await?.is_empty(),
+        "the classic ELB's group went with it"
+    );
+    assert_eq!(
+        node_group_refs(&env).await?.0,
+        0,
+        "no node rule references the deleted group"
+    );
+    let svc = wait_for("status shows the NLB", T, || async {
+        let s = env.services.get("flip").await.ok()?;
+        let nlb = v2.describe_load_balancers().names(&name).send().await.ok()?;
+        (hostname(&s).as_deref() == nlb.load_balancers()[0].dns_name()).then_some(s)
+    })
+    .await?;
+    assert!(hostname(&svc).is_some());
+    // NLB → ClusterIP: everything goes.
+    env.services.patch("flip", &PatchParams::default(), &Patch::Merge(&serde_json::json!({"spec": {"type": "ClusterIP", "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": null}]}}))).await?;
+    nothing_left(&env).await
+}
