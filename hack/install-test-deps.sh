@@ -45,6 +45,12 @@ run_logged() {
   fi
 }
 
+# Lookups of system tools ignore our own bin/ directory: hack/test.sh puts it on PATH, and
+# `command -v etcd` would otherwise find bin/etcd and re-link it to itself.
+SYS_PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -vxF "$BIN" | paste -sd: -)
+have() { PATH="$SYS_PATH" command -v "$1" >/dev/null; }
+sys_which() { PATH="$SYS_PATH" command -v "$1"; }
+
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 
@@ -82,14 +88,14 @@ EOF
 # 1. Debian packages: etcd, Go, rsync, govmomi libraries; kubectl only when none is installed.
 if ! skipped apt; then
   pkgs=()
-  command -v etcd >/dev/null || pkgs+=(etcd-server)
-  command -v go >/dev/null || pkgs+=(golang-go)
-  command -v rsync >/dev/null || pkgs+=(rsync)
-  command -v xz >/dev/null || pkgs+=(xz-utils)
-  command -v openssl >/dev/null || pkgs+=(openssl)
+  have etcd || pkgs+=(etcd-server)
+  have go || pkgs+=(golang-go)
+  have rsync || pkgs+=(rsync)
+  have xz || pkgs+=(xz-utils)
+  have openssl || pkgs+=(openssl)
   [[ -d /usr/share/gocode/src/github.com/vmware/govmomi ]] || pkgs+=(golang-github-vmware-govmomi-dev)
   [[ -d /usr/share/gocode/src/github.com/kr/pretty ]] || pkgs+=(golang-github-kr-pretty-dev)
-  command -v kubectl >/dev/null || pkgs+=(kubernetes-client)
+  have kubectl || pkgs+=(kubernetes-client)
   python3 -c 'import venv, ensurepip' 2>/dev/null || pkgs+=(python3-venv)
   if ((${#pkgs[@]})); then
     step apt "installing ${pkgs[*]}"
@@ -102,9 +108,14 @@ if ! skipped apt; then
     step apt "cached (etcd, go, rsync, govmomi sources, kubectl present)"
   fi
 fi
-ETCD=$(command -v etcd || echo /usr/bin/etcd)
-ln -sfn "$ETCD" "$BIN/etcd"
-ln -sfn "$(command -v kubectl)" "$BIN/kubectl"
+for tool in etcd kubectl; do
+  target=$(sys_which "$tool" || true)
+  if [[ -z "$target" || ! -x "$target" ]]; then
+    step apt "FAILED: no executable \`$tool\` on PATH after installing packages (see $LOGS/apt.log)"
+    exit 1
+  fi
+  ln -sfn "$(readlink -f "$target")" "$BIN/$tool"
+done
 
 # ---------------------------------------------------------------------------------------------
 # 2. kube-apiserver v1.20.2 from Debian's kubernetes source package.

@@ -55,6 +55,8 @@ LOCAL_UP_EXIT_AFTER_START=1 hack/local-up-cluster.sh > "${TMPDIR:-/tmp}/local-up
   cat "${TMPDIR:-/tmp}/local-up-cluster.log"; echo "[test.sh] hack/local-up-cluster.sh failed" >&2; exit 1; }
 grep -q 'aws:///us-east-1' "${TMPDIR:-/tmp}/local-up-cluster.log" || {
   cat "${TMPDIR:-/tmp}/local-up-cluster.log"; echo "[test.sh] local-up-cluster printed no initialised node" >&2; exit 1; }
+grep -q 'hello *LoadBalancer .*\.elb\.amazonaws\.com' "${TMPDIR:-/tmp}/local-up-cluster.log" || {
+  cat "${TMPDIR:-/tmp}/local-up-cluster.log"; echo "[test.sh] local-up-cluster printed no load balancer for default/hello" >&2; exit 1; }
 
 phase "done"
 echo "[test.sh] all checks passed in $(( $(date +%s) - START )) s ($ROOT)"

@@ -9,7 +9,7 @@ use k8s_cloud_provider::{
     well_known::TAINT_UNINITIALIZED,
 };
 use k8s_controller_manager::{events::EventBroadcaster, metrics::Metrics};
-use k8s_openapi::api::core::v1::{Event, Node, NodeSpec, Taint};
+use k8s_openapi::api::core::v1::{Event, Node, NodeSpec, Service, ServicePort, ServiceSpec, Taint};
 use kube::{Api, Client, api::ObjectMeta};
 use tokio_util::sync::CancellationToken;
 
@@ -139,4 +139,58 @@ pub async fn initialised(nodes: &Api<Node>, name: &str) -> Option<Node> {
     use k8s_cloud_provider::node::helpers::{addresses, has_taint};
     let n = nodes.get_opt(name).await.ok()??;
     (!has_taint(&n, TAINT_UNINITIALIZED) && !addresses(&n).is_empty()).then_some(n)
+}
+
+/// A `type: LoadBalancer` Service in `default` with TCP `ports` (`(port, name)`) and the AWS
+/// annotations `annotations`, each key given without the
+/// `service.beta.kubernetes.io/aws-load-balancer-` prefix.
+pub fn load_balancer_service(name: &str, annotations: &[(&str, &str)], ports: &[(i32, &str)]) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            annotations: Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            format!("service.beta.kubernetes.io/aws-load-balancer-{k}"),
+                            v.to_string(),
+                        )
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("LoadBalancer".into()),
+            selector: Some([("app".to_string(), name.to_string())].into()),
+            ports: Some(
+                ports
+                    .iter()
+                    .map(|(p, n)| ServicePort {
+                        port: *p,
+                        name: Some(n.to_string()),
+                        protocol: Some("TCP".into()),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The first `status.loadBalancer.ingress[].hostname` of a Service.
+pub fn ingress_hostname(s: &Service) -> Option<String> {
+    s.status
+        .as_ref()?
+        .load_balancer
+        .as_ref()?
+        .ingress
+        .as_ref()?
+        .first()?
+        .hostname
+        .clone()
 }

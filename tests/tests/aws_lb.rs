@@ -6,15 +6,15 @@ use std::{collections::BTreeMap, time::Duration};
 use anyhow::Result;
 use aws_sdk_ec2::types::Filter;
 use k8s_cloud_provider::service::helpers::default_load_balancer_name;
-use k8s_openapi::api::core::v1::{Node, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{Node, Service};
 use kube::{
     Api,
-    api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams},
+    api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use rcp_e2e::{
     Moto, TestCluster,
     ccm::CcmProcess,
-    k8s::{events_for, initialised, tainted_node, wait_for},
+    k8s::{events_for, ingress_hostname, initialised, load_balancer_service, tainted_node, wait_for},
     moto::World,
 };
 
@@ -68,54 +68,13 @@ async fn env(instances: usize) -> Result<Env> {
     })
 }
 
-fn service(name: &str, annotations: &[(&str, &str)], ports: &[(i32, &str)]) -> Service {
-    Service {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some("default".into()),
-            annotations: Some(
-                annotations
-                    .iter()
-                    .map(|(k, v)| (format!("{PREFIX}{k}"), v.to_string()))
-                    .collect(),
-            ),
-            ..Default::default()
-        },
-        spec: Some(ServiceSpec {
-            type_: Some("LoadBalancer".into()),
-            selector: Some([("app".to_string(), name.to_string())].into()),
-            ports: Some(
-                ports
-                    .iter()
-                    .map(|(p, n)| ServicePort {
-                        port: *p,
-                        name: Some(n.to_string()),
-                        protocol: Some("TCP".into()),
-                        ..Default::default()
-                    })
-                    .collect(),
-            ),
-            ..Default::default()
-        }),
-        status: None,
-    }
-}
-
-fn hostname(s: &Service) -> Option<String> {
-    s.status
-        .as_ref()?
-        .load_balancer
-        .as_ref()?
-        .ingress
-        .as_ref()?
-        .first()?
-        .hostname
-        .clone()
-}
-
 async fn ingress(services: &Api<Service>, name: &str) -> Result<Service> {
     wait_for(&format!("{name} ingress"), T, || async {
-        services.get(name).await.ok().filter(|s| hostname(s).is_some())
+        services
+            .get(name)
+            .await
+            .ok()
+            .filter(|s| ingress_hostname(s).is_some())
     })
     .await
 }
@@ -236,7 +195,7 @@ async fn nothing_left(env: &Env) -> Result<()> {
 #[tokio::test]
 async fn classic_elb_with_annotations_follows_nodes_and_leaves_nothing_behind() -> Result<()> {
     let env = env(3).await?;
-    let mut svc = service(
+    let mut svc = load_balancer_service(
         "web",
         &[
             ("additional-resource-tags", "team=web,cost-center=42"),
@@ -263,7 +222,7 @@ async fn classic_elb_with_annotations_follows_nodes_and_leaves_nothing_behind() 
         .await?;
     let lb = &d.load_balancer_descriptions()[0];
     assert_eq!(
-        hostname(&svc).as_deref(),
+        ingress_hostname(&svc).as_deref(),
         lb.dns_name(),
         "status hostname is the ELB's DNS name"
     );
@@ -438,7 +397,7 @@ async fn nlb_with_target_groups_targets_and_node_rules_and_a_type_switch_leave_n
     env.services
         .create(
             &PostParams::default(),
-            &service(
+            &load_balancer_service(
                 "api",
                 &[
                     ("type", "nlb"),
@@ -454,7 +413,7 @@ async fn nlb_with_target_groups_targets_and_node_rules_and_a_type_switch_leave_n
     let v2 = elbv2(&env.moto);
     let lb = v2.describe_load_balancers().names(&name).send().await?;
     let lb = &lb.load_balancers()[0];
-    assert_eq!(hostname(&svc).as_deref(), lb.dns_name());
+    assert_eq!(ingress_hostname(&svc).as_deref(), lb.dns_name());
     assert_eq!(lb.scheme().map(|s| s.as_str()), Some("internal"));
     let arn = lb.load_balancer_arn().unwrap();
     let listeners = v2.describe_listeners().load_balancer_arn(arn).send().await?;
@@ -572,7 +531,7 @@ async fn tls_internal_and_health_check_annotations_reach_the_elb() -> Result<()>
     env.services
         .create(
             &PostParams::default(),
-            &service(
+            &load_balancer_service(
                 "secure",
                 &[
                     ("ssl-cert", cert),
@@ -638,7 +597,7 @@ async fn an_invalid_annotation_is_a_warning_and_changes_nothing() -> Result<()> 
     env.services
         .create(
             &PostParams::default(),
-            &service("bad", &[("healthcheck-interval", "2")], &[(80, "http")]),
+            &load_balancer_service("bad", &[("healthcheck-interval", "2")], &[(80, "http")]),
         )
         .await?;
     let client = env.cluster.client().await?;
@@ -674,7 +633,10 @@ async fn an_invalid_annotation_is_a_warning_and_changes_nothing() -> Result<()> 
 async fn switching_classic_to_nlb_to_cluster_ip_leaves_nothing() -> Result<()> {
     let env = env(2).await?;
     env.services
-        .create(&PostParams::default(), &service("flip", &[], &[(80, "http")]))
+        .create(
+            &PostParams::default(),
+            &load_balancer_service("flip", &[], &[(80, "http")]),
+        )
         .await?;
     let svc = ingress(&env.services, "flip").await?;
     let name = default_load_balancer_name(&svc);
@@ -708,11 +670,85 @@ async fn switching_classic_to_nlb_to_cluster_ip_leaves_nothing() -> Result<()> {
     let svc = wait_for("status shows the NLB", T, || async {
         let s = env.services.get("flip").await.ok()?;
         let nlb = v2.describe_load_balancers().names(&name).send().await.ok()?;
-        (hostname(&s).as_deref() == nlb.load_balancers()[0].dns_name()).then_some(s)
+        (ingress_hostname(&s).as_deref() == nlb.load_balancers()[0].dns_name()).then_some(s)
     })
     .await?;
-    assert!(hostname(&svc).is_some());
+    assert!(ingress_hostname(&svc).is_some());
     // NLB → ClusterIP: everything goes.
     env.services.patch("flip", &PatchParams::default(), &Patch::Merge(&serde_json::json!({"spec": {"type": "ClusterIP", "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": null}]}}))).await?;
     nothing_left(&env).await
+}
+
+/// Descriptions of the node group's ICMP 3/4 (path-MTU) rules from `cidr`.
+async fn mtu_rules(env: &Env, cidr: &str) -> Result<Vec<String>> {
+    let out = env
+        .moto
+        .ec2()
+        .describe_security_groups()
+        .group_ids(&env.world.security_group_id)
+        .send()
+        .await?;
+    Ok(out.security_groups()[0]
+        .ip_permissions()
+        .iter()
+        .filter(|p| p.ip_protocol() == Some("icmp") && p.from_port() == Some(3) && p.to_port() == Some(4))
+        .flat_map(|p| p.ip_ranges())
+        .filter(|r| r.cidr_ip() == Some(cidr))
+        .map(|r| r.description().unwrap_or_default().to_string())
+        .collect())
+}
+
+/// EC2 keeps one ICMP 3/4 rule for two NLBs that take clients from the same CIDR; deleting
+/// the NLB that added it hands it over to the other instead of breaking its path-MTU discovery.
+#[tokio::test]
+async fn two_nlbs_share_the_path_mtu_rule_and_deleting_one_keeps_it_for_the_other() -> Result<()> {
+    let env = env(2).await?;
+    let mut names = BTreeMap::new();
+    for svc in ["first", "second"] {
+        env.services
+            .create(
+                &PostParams::default(),
+                &load_balancer_service(svc, &[("type", "nlb")], &[(80, "http")]),
+            )
+            .await?;
+    }
+    for svc in ["first", "second"] {
+        let s = ingress(&env.services, svc).await?;
+        names.insert(default_load_balancer_name(&s), svc);
+    }
+    let rules = mtu_rules(&env, "0.0.0.0/0").await?;
+    assert_eq!(rules.len(), 1, "EC2 keeps one identical rule: {rules:?}");
+    let owner = rules[0]
+        .strip_prefix("kubernetes.io/rule/nlb/mtu=")
+        .expect("the rule is described as an NLB path-MTU rule")
+        .to_string();
+    let owner_svc = names[&owner];
+    let (heir, heir_svc) = names
+        .iter()
+        .find(|(n, _)| **n != owner)
+        .map(|(n, s)| (n.clone(), *s))
+        .unwrap();
+
+    env.services.delete(owner_svc, &DeleteParams::default()).await?;
+    let v2 = elbv2(&env.moto);
+    wait_for("the owner's NLB is gone", T, || async {
+        let nlbs = v2.describe_load_balancers().send().await.ok()?;
+        (nlbs.load_balancers().len() == 1).then_some(())
+    })
+    .await?;
+    let rules = wait_for("the rule is handed over", T, || async {
+        let r = mtu_rules(&env, "0.0.0.0/0").await.ok()?;
+        (r != [format!("kubernetes.io/rule/nlb/mtu={owner}")]).then_some(r)
+    })
+    .await?;
+    assert_eq!(
+        rules,
+        vec![format!("kubernetes.io/rule/nlb/mtu={heir}")],
+        "the remaining NLB keeps its path-MTU rule"
+    );
+
+    env.services.delete(heir_svc, &DeleteParams::default()).await?;
+    nothing_left(&env).await?;
+    assert!(mtu_rules(&env, "0.0.0.0/0").await?.is_empty());
+    Ok(())
 }

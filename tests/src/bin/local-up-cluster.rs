@@ -2,15 +2,20 @@
 //! (etcd + kube-apiserver v1.20.2) with an emulated AWS (moto) holding a cluster VPC with three
 //! instances, three Nodes registered as kubelet `--cloud-provider=external` would register
 //! them (tainted, named by private DNS name), and `cloud-controller-manager-aws` initialising
-//! them. Prints what a user would look at, then keeps running until Ctrl-C and cleans up.
+//! them, and a `type: LoadBalancer` Service `hello` that the CCM gives a Classic ELB. Prints
+//! what a user would look at, then keeps running until Ctrl-C and cleans up.
 
 use std::time::Duration;
 
 use anyhow::Result;
 use k8s_cloud_provider::{node::helpers::has_taint, well_known::TAINT_UNINITIALIZED};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Service};
 use kube::{Api, api::PostParams};
-use rcp_e2e::{Moto, TestCluster, ccm::CcmProcess, k8s::tainted_node};
+use rcp_e2e::{
+    Moto, TestCluster,
+    ccm::CcmProcess,
+    k8s::{ingress_hostname, load_balancer_service, tainted_node, wait_for},
+};
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -49,7 +54,8 @@ async fn main() -> Result<()> {
         ],
         &moto.sdk_env(),
     )?;
-    let nodes: Api<Node> = Api::all(cluster.client().await?);
+    let client = cluster.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
     for i in &world.instances {
         nodes
             .create(&PostParams::default(), &tainted_node(&i.private_dns_name))
@@ -93,9 +99,38 @@ async fn main() -> Result<()> {
             "custom-columns=NAME:.metadata.name,PROVIDER-ID:.spec.providerID,TAINTS:.spec.taints[*].key"
         ])?
     );
+
+    let services: Api<Service> = Api::namespaced(client, "default");
+    services
+        .create(
+            &PostParams::default(),
+            &load_balancer_service("hello", &[], &[(80, "http")]),
+        )
+        .await?;
+    println!(
+        "\nlocal-up-cluster: created the LoadBalancer Service default/hello; waiting for its load balancer …"
+    );
+    let ready = wait_for(
+        "Service hello's ingress hostname",
+        Duration::from_secs(120),
+        || async {
+            services
+                .get("hello")
+                .await
+                .ok()
+                .filter(|s| ingress_hostname(s).is_some())
+        },
+    )
+    .await;
+    if let Err(e) = ready {
+        anyhow::bail!("{e}; CCM log:\n{}", ccm.log());
+    }
+    println!("\n$ kubectl get service hello");
+    print!("{}", cluster.kubectl(&["get", "service", "hello"])?);
+
     println!("\nlocal-up-cluster: running. Try:");
     println!("    export KUBECONFIG={}", cluster.kubeconfig_path().display());
-    println!("    kubectl get nodes -o wide; kubectl get events");
+    println!("    kubectl get nodes -o wide; kubectl get services; kubectl get events");
     println!(
         "    curl -sk https://127.0.0.1:{}/metrics | grep cloudprovider_aws",
         ccm.port()

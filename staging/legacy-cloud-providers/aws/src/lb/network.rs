@@ -29,7 +29,7 @@ pub struct CidrRule {
 }
 
 impl CidrRule {
-    fn to_permission(&self) -> IpPermission {
+    pub(crate) fn to_permission(&self) -> IpPermission {
         let mut range = IpRange::builder().cidr_ip(&self.cidr);
         if !self.description.is_empty() {
             range = range.description(&self.description);

@@ -5,7 +5,9 @@
 //! managed security group (`NLBSecurityGroupMode = Managed`).
 //!
 //! Deliberate difference: the path-MTU rule's description carries the load balancer's name
-//! (`kubernetes.io/rule/nlb/mtu=<name>`), so deleting one NLB never removes another's rule.
+//! (`kubernetes.io/rule/nlb/mtu=<name>`), and when an NLB goes away a path-MTU rule that
+//! another NLB still needs (same client CIDR) is handed over rather than revoked (see
+//! `AwsCloud::release_nlb_rules`), so deleting one NLB never removes another's rule.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -13,6 +15,7 @@ use std::{
     time::Duration,
 };
 
+use aws_sdk_ec2::types::SecurityGroup;
 use aws_sdk_elasticloadbalancingv2::types::{
     Action, ActionTypeEnum, Certificate, LoadBalancer as Nlb, LoadBalancerAttribute, LoadBalancerSchemeEnum,
     LoadBalancerTypeEnum, ProtocolEnum, SubnetMapping, Tag, TargetDescription, TargetGroupAttribute,
@@ -767,9 +770,7 @@ impl AwsCloud {
                 .filter(|r| [&client_d, &health_d, &mtu_d].contains(&&r.description) && !rules.contains(r))
                 .collect();
             if !stale.is_empty() {
-                for d in [&client_d, &health_d, &mtu_d] {
-                    self.revoke_described(g, d).await?;
-                }
+                self.release_nlb_rules(g, name).await?;
                 let refreshed = self
                     .security_groups(&[g.group_id().unwrap_or_default().to_string()])
                     .await?;
@@ -788,12 +789,66 @@ impl AwsCloud {
                 .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
                 .collect();
             if !node_groups.contains_key(id) && self.tagged_for_cluster(&tags) {
-                for d in [&client_d, &health_d, &mtu_d] {
-                    self.revoke_described(&g, d).await?;
-                }
+                self.release_nlb_rules(&g, name).await?;
             }
         }
         Ok(())
+    }
+
+    /// Removes the client, health-check and path-MTU rules of the NLB `name` from `group`.
+    ///
+    /// EC2 keeps one rule per (protocol, ports, CIDR), so when two NLBs allow clients from the
+    /// same CIDR their identical ICMP 3/4 rule exists once, described with the name of the NLB
+    /// that added it first. Such a rule is handed over to another NLB that still has a client
+    /// rule from that CIDR (its description is rewritten to that NLB's) instead of being
+    /// revoked, so deleting one NLB never breaks path-MTU discovery for another.
+    pub(crate) async fn release_nlb_rules(&self, group: &SecurityGroup, name: &str) -> CloudResult<()> {
+        let client_d = format!("{RULE_CLIENT}{name}");
+        let mtu_d = format!("{RULE_MTU}{name}");
+        self.revoke_described(group, &client_d).await?;
+        self.revoke_described(group, &format!("{RULE_HEALTH}{name}"))
+            .await?;
+        let rules = super::network::cidr_rules(group);
+        let mut handed_over = Vec::new();
+        for mtu in rules.iter().filter(|r| r.description == mtu_d) {
+            let heir = rules.iter().find_map(|r| {
+                let other = r.description.strip_prefix(RULE_CLIENT)?;
+                (other != name && r.cidr == mtu.cidr).then_some(other)
+            });
+            if let Some(heir) = heir {
+                handed_over.push(CidrRule {
+                    description: format!("{RULE_MTU}{heir}"),
+                    ..mtu.clone()
+                });
+            }
+        }
+        if handed_over.is_empty() {
+            return self.revoke_described(group, &mtu_d).await;
+        }
+        let id = group.group_id().unwrap_or_default();
+        self.api
+            .call(
+                "update_security_group_rule_descriptions_ingress",
+                self.ec2
+                    .update_security_group_rule_descriptions_ingress()
+                    .group_id(id)
+                    .set_ip_permissions(Some(handed_over.iter().map(CidrRule::to_permission).collect()))
+                    .send(),
+            )
+            .await
+            .map_err(|e| cloud_error(format!("handing over path-MTU rules on {id}"), e))?;
+        tracing::info!(
+            group = id,
+            lb = name,
+            rules = handed_over.len(),
+            "handed path-MTU rules over to other NLBs"
+        );
+        // Whatever is still described as ours has no heir.
+        let refreshed = self.security_groups(&[id.to_string()]).await?;
+        match refreshed.first() {
+            Some(g) => self.revoke_described(g, &mtu_d).await,
+            None => Ok(()),
+        }
     }
 
     async fn delete_target_group(&self, arn: &str) -> CloudResult<()> {
@@ -844,13 +899,7 @@ impl AwsCloud {
             }
         }
         for g in self.vpc_security_groups().await? {
-            for d in [
-                format!("{RULE_CLIENT}{name}"),
-                format!("{RULE_HEALTH}{name}"),
-                format!("{RULE_MTU}{name}"),
-            ] {
-                self.revoke_described(&g, &d).await?;
-            }
+            self.release_nlb_rules(&g, name).await?;
         }
         if let Some(g) = self.security_group_by_name(&self.managed_group_name(svc)).await?
             && !keep.contains(g.group_id().unwrap_or_default())

@@ -1,0 +1,210 @@
+//! Benchmark (not a test): create N `type: LoadBalancer` Services at once for
+//! `cloud-controller-manager-aws` on a real kube-apiserver and moto, and print the time until
+//! every Service has its `ingress[].hostname`, the time until all load balancers are gone
+//! again after the Services are deleted, and the ELB / ELBv2 / EC2 calls by operation for
+//! each phase (from the CCM's own `cloudprovider_aws_api_request_duration_seconds` metric).
+//!
+//! ```text
+//! cargo run -p rcp-e2e --bin bench-aws-lb -- [--services 20] [--nodes 3] [--type clb|nlb]
+//!     [-- <extra CCM flags, e.g. --concurrent-service-syncs=5>]
+//! ```
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::{
+    Api,
+    api::{DeleteParams, PostParams},
+};
+use rcp_e2e::{
+    Moto, TestCluster,
+    ccm::CcmProcess,
+    k8s::{ingress_hostname, initialised, load_balancer_service, tainted_node, wait_for},
+};
+
+/// Time allowed for each phase before the benchmark gives up.
+const PHASE_LIMIT: Duration = Duration::from_secs(900);
+const METRIC: &str = "cloudprovider_aws_api_request_duration_seconds_count";
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let mut services_wanted = 20usize;
+    let mut nodes_wanted = 3usize;
+    let mut lb_type = "clb".to_string();
+    let mut extra: Vec<String> = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--services" => services_wanted = args.next().context("--services needs a value")?.parse()?,
+            "--nodes" => nodes_wanted = args.next().context("--nodes needs a value")?.parse()?,
+            "--type" => lb_type = args.next().context("--type needs clb or nlb")?,
+            "--" => extra.extend(args.by_ref()),
+            other => bail!("unknown argument {other:?}"),
+        }
+    }
+    let annotations: &[(&str, &str)] = match lb_type.as_str() {
+        "clb" => &[],
+        "nlb" => &[("type", "nlb")],
+        other => bail!("--type must be clb or nlb, not {other:?}"),
+    };
+
+    let cluster = TestCluster::start().await?;
+    let moto = Moto::start().await?;
+    let world = moto.build_world("bench", nodes_wanted).await?;
+    let config = cluster.dir().join("cloud.conf");
+    std::fs::write(&config, moto.cloud_config(&world))?;
+    let mut ccm_args = vec![
+        format!("--cloud-config={}", config.display()),
+        "--leader-elect=false".to_string(),
+        "--cluster-name=bench".to_string(),
+    ];
+    ccm_args.extend(extra.iter().cloned());
+    let ccm = CcmProcess::start_with_env(
+        "cloud-controller-manager-aws",
+        "ccm-bench-lb",
+        cluster.kubeconfig_path(),
+        cluster.dir(),
+        &ccm_args,
+        &moto.sdk_env(),
+    )?;
+    let client = cluster.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    for i in &world.instances {
+        nodes
+            .create(&PostParams::default(), &tainted_node(&i.private_dns_name))
+            .await?;
+    }
+    for i in &world.instances {
+        wait_for("node initialised", PHASE_LIMIT, || {
+            initialised(&nodes, &i.private_dns_name)
+        })
+        .await?;
+    }
+    let before = calls(&ccm).await?;
+
+    let services: Api<Service> = Api::namespaced(client, "default");
+    let names: Vec<String> = (0..services_wanted).map(|i| format!("bench-{i}")).collect();
+    let start = Instant::now();
+    futures::future::try_join_all(names.iter().map(|n| {
+        let services = services.clone();
+        async move {
+            services
+                .create(
+                    &PostParams::default(),
+                    &load_balancer_service(n, annotations, &[(80, "http"), (443, "https")]),
+                )
+                .await
+        }
+    }))
+    .await?;
+    wait_for("every Service has its ingress hostname", PHASE_LIMIT, || async {
+        let list = services.list(&Default::default()).await.ok()?;
+        let ready = list
+            .items
+            .iter()
+            .filter(|s| ingress_hostname(s).is_some())
+            .count();
+        (ready == services_wanted).then_some(())
+    })
+    .await?;
+    let provisioned = start.elapsed();
+    let after_create = calls(&ccm).await?;
+
+    let start = Instant::now();
+    for n in &names {
+        services.delete(n, &DeleteParams::default()).await?;
+    }
+    // The service controller's finalizer is removed only after the load balancer is gone.
+    wait_for("every Service deleted", PHASE_LIMIT, || async {
+        let list = services.list(&Default::default()).await.ok()?;
+        // `default` also holds the `kubernetes` Service.
+        let left = list
+            .items
+            .iter()
+            .filter(|s| {
+                s.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("bench-"))
+            })
+            .count();
+        (left == 0).then_some(())
+    })
+    .await?;
+    let deleted = start.elapsed();
+    let after_delete = calls(&ccm).await?;
+
+    println!(
+        "== bench-aws-lb: {services_wanted} {lb_type} Services (2 ports each), {nodes_wanted} nodes, CCM flags: {}",
+        if extra.is_empty() {
+            "(defaults)".into()
+        } else {
+            extra.join(" ")
+        }
+    );
+    println!(
+        "all {services_wanted} Services had an ingress hostname {provisioned:.2?} after the first create"
+    );
+    print_calls("provisioning", &before, &after_create, services_wanted);
+    println!(
+        "all {services_wanted} Services (and their load balancers) gone {deleted:.2?} after the first delete"
+    );
+    print_calls("deletion", &after_create, &after_delete, services_wanted);
+    if let Some(kb) = ccm.peak_rss_kb() {
+        println!("CCM peak RSS (VmHWM): {:.1} MB", kb as f64 / 1024.0);
+    }
+    Ok(())
+}
+
+/// AWS calls by operation label so far, from the CCM's metrics.
+async fn calls(ccm: &CcmProcess) -> Result<BTreeMap<String, f64>> {
+    let metrics = ccm.metrics().await?;
+    let mut out = BTreeMap::new();
+    for line in metrics.lines().filter(|l| l.starts_with(METRIC)) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Some(op) = series
+            .split("request=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+        else {
+            continue;
+        };
+        out.insert(op.to_string(), value.parse().unwrap_or(0.0));
+    }
+    Ok(out)
+}
+
+/// Prints the calls made between two snapshots, grouped by API (ELB, ELBv2, EC2).
+fn print_calls(phase: &str, before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, services: usize) {
+    let mut by_api: BTreeMap<&str, Vec<(&str, f64)>> = BTreeMap::new();
+    for (op, total) in after {
+        let n = total - before.get(op).copied().unwrap_or(0.0);
+        if n <= 0.0 {
+            continue;
+        }
+        let api = if op.starts_with("elbv2_") {
+            "ELBv2"
+        } else if op.starts_with("elb_") {
+            "ELB"
+        } else {
+            "EC2"
+        };
+        by_api.entry(api).or_default().push((op, n));
+    }
+    for (api, ops) in &by_api {
+        let sum: f64 = ops.iter().map(|(_, n)| n).sum();
+        println!(
+            "  {phase}: {api} calls {sum} ({:.1} per Service)",
+            sum / services as f64
+        );
+        for (op, n) in ops {
+            println!("    {op}: {n}");
+        }
+    }
+}
