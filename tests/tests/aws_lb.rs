@@ -1,7 +1,10 @@
 //! AWS load balancers: `cloud-controller-manager-aws` as a real process on kube-apiserver and
 //! moto, asserted on the moto resources.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 
 use anyhow::Result;
 use aws_sdk_ec2::types::Filter;
@@ -27,15 +30,45 @@ struct Env {
     world: World,
     nodes: Api<Node>,
     services: Api<Service>,
+    /// EC2 resources tagged for the cluster before any Service existed (the world's own).
+    tagged_at_start: BTreeSet<String>,
     _ccm: CcmProcess,
 }
 
+/// IDs of the EC2 resources tagged `kubernetes.io/cluster/e2e`.
+async fn cluster_tagged(moto: &Moto) -> Result<BTreeSet<String>> {
+    let out = moto
+        .ec2()
+        .describe_tags()
+        .filters(
+            Filter::builder()
+                .name("key")
+                .values("kubernetes.io/cluster/e2e")
+                .build(),
+        )
+        .send()
+        .await?;
+    Ok(out
+        .tags()
+        .iter()
+        .filter_map(|t| t.resource_id().map(str::to_string))
+        .collect())
+}
+
 async fn env(instances: usize) -> Result<Env> {
+    env_with(instances, "").await
+}
+
+/// Like [`env`], with `extra_global` (lines) added to the cloud config's `[Global]` section.
+async fn env_with(instances: usize, extra_global: &str) -> Result<Env> {
     let cluster = TestCluster::start().await?;
     let moto = Moto::start().await?;
     let world = moto.build_world("e2e", instances).await?;
     let config = cluster.dir().join("cloud.conf");
-    std::fs::write(&config, moto.cloud_config(&world))?;
+    let cloud_config =
+        moto.cloud_config(&world)
+            .replacen("[Global]\n", &format!("[Global]\n{extra_global}"), 1);
+    std::fs::write(&config, cloud_config)?;
     let ccm = CcmProcess::start_with_env(
         "cloud-controller-manager-aws",
         "ccm-aws-lb",
@@ -48,6 +81,7 @@ async fn env(instances: usize) -> Result<Env> {
         ],
         &moto.sdk_env(),
     )?;
+    let tagged_at_start = cluster_tagged(&moto).await?;
     let client = cluster.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
     for i in &world.instances {
@@ -64,6 +98,7 @@ async fn env(instances: usize) -> Result<Env> {
         moto,
         world,
         nodes,
+        tagged_at_start,
         _ccm: ccm,
     })
 }
@@ -188,6 +223,27 @@ async fn nothing_left(env: &Env) -> Result<()> {
             .iter()
             .all(|d| !d.starts_with("kubernetes.io/rule/nlb/")),
         "NLB rules left on the node group: {described:?}"
+    );
+    // moto keeps the tags of a deleted security group, so a tagged group counts as left over
+    // only while it still exists; any other new tagged resource is a leftover.
+    let mut left = Vec::new();
+    for id in cluster_tagged(&env.moto).await?.difference(&env.tagged_at_start) {
+        let exists = !id.starts_with("sg-")
+            || env
+                .moto
+                .ec2()
+                .describe_security_groups()
+                .group_ids(id)
+                .send()
+                .await
+                .is_ok_and(|o| !o.security_groups().is_empty());
+        if exists {
+            left.push(id.clone());
+        }
+    }
+    assert!(
+        left.is_empty(),
+        "EC2 resources tagged for the cluster besides the world's own: {left:?}"
     );
     Ok(())
 }
@@ -751,4 +807,70 @@ async fn two_nlbs_share_the_path_mtu_rule_and_deleting_one_keeps_it_for_the_othe
     nothing_left(&env).await?;
     assert!(mtu_rules(&env, "0.0.0.0/0").await?.is_empty());
     Ok(())
+}
+
+/// `NLBSecurityGroupMode = Managed`: the NLB gets its own group with the client rules, the node
+/// group admits that group instead of CIDR rules, and deletion removes both.
+#[tokio::test]
+async fn managed_nlb_security_group_is_attached_referenced_and_deleted() -> Result<()> {
+    let env = env_with(2, "NLBSecurityGroupMode = Managed\n").await?;
+    let mut svc = load_balancer_service("guarded", &[("type", "nlb")], &[(80, "http")]);
+    svc.spec.as_mut().unwrap().load_balancer_source_ranges = Some(vec!["10.1.0.0/16".into()]);
+    env.services.create(&PostParams::default(), &svc).await?;
+    let svc = ingress(&env.services, "guarded").await?;
+    let name = default_load_balancer_name(&svc);
+    let v2 = elbv2(&env.moto);
+    let lb = v2.describe_load_balancers().names(&name).send().await?;
+    let groups = lb.load_balancers()[0].security_groups().to_vec();
+    assert_eq!(groups.len(), 1, "the NLB has the managed group: {groups:?}");
+    let out = env
+        .moto
+        .ec2()
+        .describe_security_groups()
+        .group_ids(&groups[0])
+        .send()
+        .await?;
+    let g = &out.security_groups()[0];
+    assert!(
+        g.group_name().unwrap().starts_with("k8s-default-guarded-"),
+        "{:?}",
+        g.group_name()
+    );
+    let mut rules: Vec<(String, i32, i32, String)> = g
+        .ip_permissions()
+        .iter()
+        .flat_map(|p| {
+            p.ip_ranges().iter().map(|r| {
+                (
+                    p.ip_protocol().unwrap_or_default().to_string(),
+                    p.from_port().unwrap_or_default(),
+                    p.to_port().unwrap_or_default(),
+                    r.cidr_ip().unwrap_or_default().to_string(),
+                )
+            })
+        })
+        .collect();
+    rules.sort();
+    assert_eq!(
+        rules,
+        vec![
+            ("icmp".to_string(), 3, 4, "10.1.0.0/16".to_string()),
+            ("tcp".to_string(), 80, 80, "10.1.0.0/16".to_string()),
+        ]
+    );
+    assert_eq!(
+        extra_groups(&env).await?,
+        vec![g.group_name().unwrap().to_string()]
+    );
+    let (refs, described) = node_group_refs(&env).await?;
+    assert_eq!(refs, 1, "the node group admits the managed group");
+    assert!(
+        described
+            .iter()
+            .all(|d| !d.starts_with("kubernetes.io/rule/nlb/")),
+        "no CIDR rules on the node group in managed mode: {described:?}"
+    );
+
+    env.services.delete("guarded", &DeleteParams::default()).await?;
+    nothing_left(&env).await
 }
