@@ -12,12 +12,25 @@ mapfile -t crates < <(hack/staged-crates.sh)
 args=()
 for c in "${crates[@]}"; do args+=(-p "$c"); done
 log=$(mktemp); trap 'rm -f "$log"' EXIT
+target=$(cargo metadata --no-deps --format-version 1 --offline | jq -r .target_directory)
+# The verification builds each packaged crate against its packaged siblings, which cargo treats
+# as registry crates: their build artifacts are reused by name and version, never checked
+# against the sources. A staged crate changed without a version bump would thus be verified
+# against its stale build, so drop the artifacts of the registry copies of our staged crates
+# (recognised by their dep-info naming a `registry/src/-<hash>` source; the workspace's own
+# path builds are kept).
+for c in "${crates[@]}"; do
+  for dep_info in "$target"/debug/deps/"${c//-/_}"-*.d; do
+    [[ -f "$dep_info" ]] && grep -q '/registry/src/-' "$dep_info" || continue
+    hash=${dep_info##*-}; hash=${hash%.d}
+    rm -rf "$target"/debug/.fingerprint/"$c-$hash" "$target"/debug/deps/*"-$hash".*
+  done
+done
 if ! cargo package --locked --allow-dirty "${args[@]}" >"$log" 2>&1; then
   cat "$log"
   echo "verify-publish: FAILED: a staged crate cannot be packaged/built on its own (see above)" >&2
   exit 1
 fi
-target=$(cargo metadata --no-deps --format-version 1 --offline | jq -r .target_directory)
 echo "verify-publish: ${#crates[@]} staged crates package and build on their own, in this order:"
 n=0
 grep -E '^\s+Packaging ' "$log" | awk '{print $2, $3}' | while read -r name version; do
