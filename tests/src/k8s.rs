@@ -141,6 +141,30 @@ pub async fn initialised(nodes: &Api<Node>, name: &str) -> Option<Node> {
     (!has_taint(&n, TAINT_UNINITIALIZED) && !addresses(&n).is_empty()).then_some(n)
 }
 
+/// Registers `names` the way kubelet `--cloud-provider=external` does (each Node tainted
+/// uninitialized) and, with `timeout`, waits until the cloud-node controller has initialised
+/// every one of them.
+pub async fn register_tainted_nodes(
+    nodes: &Api<Node>,
+    names: &[&str],
+    timeout: Option<Duration>,
+) -> Result<()> {
+    for name in names {
+        nodes
+            .create(&kube::api::PostParams::default(), &tainted_node(name))
+            .await?;
+    }
+    if let Some(timeout) = timeout {
+        for name in names {
+            wait_for(&format!("{name} initialised"), timeout, || {
+                initialised(nodes, name)
+            })
+            .await?;
+        }
+    }
+    Ok(())
+}
+
 /// A `type: LoadBalancer` Service in `default` with TCP `ports` (`(port, name)`) and the AWS
 /// annotations `annotations`, each key given without the
 /// `service.beta.kubernetes.io/aws-load-balancer-` prefix.

@@ -23,7 +23,7 @@ use kube::{
 };
 use rcp_e2e::{
     TestCluster,
-    k8s::{events_for, initialised, set_ready, start_controllers, tainted_node, wait_for},
+    k8s::{events_for, ingress_hostname, initialised, set_ready, start_controllers, tainted_node, wait_for},
 };
 
 const T: Duration = Duration::from_secs(30);
@@ -356,18 +356,6 @@ fn lb_service(name: &str) -> Service {
     }
 }
 
-fn lb_hostname(s: &Service) -> Option<String> {
-    s.status
-        .as_ref()?
-        .load_balancer
-        .as_ref()?
-        .ingress
-        .as_ref()?
-        .first()?
-        .hostname
-        .clone()
-}
-
 async fn backend_node(nodes: &Api<Node>, name: &str) -> Result<()> {
     create_initialised(nodes, name, &format!("fake://{name}")).await
 }
@@ -396,11 +384,11 @@ async fn load_balancer_lifecycle_with_finalizer_status_events_and_node_changes()
             .get("web")
             .await
             .ok()
-            .filter(|s| lb_hostname(s).is_some())
+            .filter(|s| ingress_hostname(s).is_some())
     })
     .await?;
     let lb_name = k8s_cloud_provider::service::helpers::default_load_balancer_name(&svc);
-    assert_eq!(lb_hostname(&svc).unwrap(), format!("{lb_name}.lb.fake"));
+    assert_eq!(ingress_hostname(&svc).unwrap(), format!("{lb_name}.lb.fake"));
     assert!(
         svc.metadata
             .finalizers
@@ -502,7 +490,7 @@ async fn type_changes_create_and_delete_the_load_balancer() -> Result<()> {
             .get("flip")
             .await
             .ok()
-            .filter(|s| lb_hostname(s).is_some())
+            .filter(|s| ingress_hostname(s).is_some())
     })
     .await?;
     assert_eq!(cloud.load_balancers().len(), 1);
@@ -518,7 +506,7 @@ async fn type_changes_create_and_delete_the_load_balancer() -> Result<()> {
             .clone()
             .unwrap_or_default()
             .contains(&FINALIZER_LOAD_BALANCER_CLEANUP.to_string())
-            && lb_hostname(&s).is_none())
+            && ingress_hostname(&s).is_none())
         .then_some(s)
     })
     .await?;
@@ -584,7 +572,7 @@ async fn failing_load_balancer_gets_a_warning_and_retries() -> Result<()> {
             .get("busy")
             .await
             .ok()
-            .filter(|s| lb_hostname(s).is_some())
+            .filter(|s| ingress_hostname(s).is_some())
     })
     .await?;
     Ok(())

@@ -23,7 +23,7 @@ use kube::{
 use rcp_e2e::{
     Moto, TestCluster,
     ccm::CcmProcess,
-    k8s::{ingress_hostname, initialised, load_balancer_service, tainted_node, wait_for},
+    k8s::{ingress_hostname, load_balancer_service, register_tainted_nodes, wait_for},
 };
 
 /// Time allowed for each phase before the benchmark gives up.
@@ -73,17 +73,12 @@ async fn main() -> Result<()> {
     )?;
     let client = cluster.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
-    for i in &world.instances {
-        nodes
-            .create(&PostParams::default(), &tainted_node(&i.private_dns_name))
-            .await?;
-    }
-    for i in &world.instances {
-        wait_for("node initialised", PHASE_LIMIT, || {
-            initialised(&nodes, &i.private_dns_name)
-        })
-        .await?;
-    }
+    let node_names: Vec<&str> = world
+        .instances
+        .iter()
+        .map(|i| i.private_dns_name.as_str())
+        .collect();
+    register_tainted_nodes(&nodes, &node_names, Some(PHASE_LIMIT)).await?;
     let before = calls(&ccm).await?;
 
     let services: Api<Service> = Api::namespaced(client, "default");

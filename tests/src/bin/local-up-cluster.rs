@@ -14,7 +14,7 @@ use kube::{Api, api::PostParams};
 use rcp_e2e::{
     Moto, TestCluster,
     ccm::CcmProcess,
-    k8s::{ingress_hostname, load_balancer_service, tainted_node, wait_for},
+    k8s::{ingress_hostname, load_balancer_service, register_tainted_nodes, wait_for},
 };
 
 #[tokio::main]
@@ -56,11 +56,12 @@ async fn main() -> Result<()> {
     )?;
     let client = cluster.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
-    for i in &world.instances {
-        nodes
-            .create(&PostParams::default(), &tainted_node(&i.private_dns_name))
-            .await?;
-    }
+    let node_names: Vec<&str> = world
+        .instances
+        .iter()
+        .map(|i| i.private_dns_name.as_str())
+        .collect();
+    register_tainted_nodes(&nodes, &node_names, None).await?;
     println!(
         "local-up-cluster: created 3 Nodes with the node.cloudprovider.kubernetes.io/uninitialized taint; waiting for the CCM …"
     );
