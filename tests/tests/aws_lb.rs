@@ -866,6 +866,166 @@ async fn managed_nlb_security_group_is_attached_referenced_and_deleted() -> Resu
         "no CIDR rules on the node group in managed mode: {described:?}"
     );
 
+    // Switching to a bring-your-own group: it is attached, the managed group is detached,
+    // unreferenced and deleted, and the BYO group itself is never edited.
+    let byo = env
+        .moto
+        .ec2()
+        .create_security_group()
+        .group_name("byo-nlb")
+        .description("brought by the user")
+        .vpc_id(&env.world.vpc_id)
+        .send()
+        .await?
+        .group_id()
+        .unwrap()
+        .to_string();
+    let managed_name = g.group_name().unwrap().to_string();
+    env.services
+        .patch(
+            "guarded",
+            &PatchParams::default(),
+            &Patch::Merge(
+                &serde_json::json!({"metadata": {"annotations": {format!("{PREFIX}security-groups"): byo}}}),
+            ),
+        )
+        .await?;
+    wait_for("the NLB carries the BYO group only", T, || async {
+        let lb = v2.describe_load_balancers().names(&name).send().await.ok()?;
+        (lb.load_balancers()[0].security_groups() == [byo.clone()]).then_some(())
+    })
+    .await?;
+    wait_for("the managed group is deleted", T, || async {
+        let left = extra_groups(&env).await.ok()?;
+        (left == ["byo-nlb"]).then_some(())
+    })
+    .await?;
+    assert!(!extra_groups(&env).await?.contains(&managed_name));
+    let byo_group = env
+        .moto
+        .ec2()
+        .describe_security_groups()
+        .group_ids(&byo)
+        .send()
+        .await?;
+    assert!(
+        cidr_rules(&byo_group.security_groups()[0]).is_empty(),
+        "a BYO group is never edited"
+    );
+
     env.services.delete("guarded", &DeleteParams::default()).await?;
+    wait_for("the NLB is gone", T, || async {
+        let nlbs = v2.describe_load_balancers().send().await.ok()?;
+        nlbs.load_balancers().is_empty().then_some(())
+    })
+    .await?;
+    assert_eq!(
+        extra_groups(&env).await?,
+        ["byo-nlb"],
+        "a BYO group is never deleted"
+    );
+    assert_eq!(
+        node_group_refs(&env).await?.0,
+        0,
+        "the node rule admitting the BYO group went with the NLB"
+    );
+    env.moto
+        .ec2()
+        .delete_security_group()
+        .group_id(&byo)
+        .send()
+        .await?;
+    nothing_left(&env).await
+}
+
+/// Two Classic ELBs given the same bring-your-own group: the node rule admitting it stays
+/// until the last of them is deleted, and the group itself is never edited or deleted.
+#[tokio::test]
+async fn a_shared_byo_group_keeps_node_access_until_its_last_load_balancer_goes() -> Result<()> {
+    let env = env(2).await?;
+    let byo = env
+        .moto
+        .ec2()
+        .create_security_group()
+        .group_name("byo-shared")
+        .description("brought by the user")
+        .vpc_id(&env.world.vpc_id)
+        .send()
+        .await?
+        .group_id()
+        .unwrap()
+        .to_string();
+    for svc in ["one", "two"] {
+        env.services
+            .create(
+                &PostParams::default(),
+                &load_balancer_service(svc, &[("security-groups", &byo)], &[(80, "http")]),
+            )
+            .await?;
+    }
+    for svc in ["one", "two"] {
+        let s = ingress(&env.services, svc).await?;
+        let lb = elb(&env.moto)
+            .describe_load_balancers()
+            .load_balancer_names(default_load_balancer_name(&s))
+            .send()
+            .await?;
+        assert_eq!(
+            lb.load_balancer_descriptions()[0].security_groups(),
+            std::slice::from_ref(&byo)
+        );
+    }
+    assert_eq!(
+        extra_groups(&env).await?,
+        ["byo-shared"],
+        "no k8s-elb group is made"
+    );
+    assert_eq!(
+        node_group_refs(&env).await?.0,
+        1,
+        "the node group admits the BYO group"
+    );
+
+    // The deleting reconcile has finished once the finalizer is gone.
+    env.services.delete("one", &DeleteParams::default()).await?;
+    wait_for("service one gone", T, || async {
+        env.services.get_opt("one").await.ok()?.is_none().then_some(())
+    })
+    .await?;
+    let lbs = elb(&env.moto).describe_load_balancers().send().await?;
+    assert_eq!(lbs.load_balancer_descriptions().len(), 1);
+    assert_eq!(
+        node_group_refs(&env).await?.0,
+        1,
+        "the other ELB still reaches the nodes through the shared group"
+    );
+
+    env.services.delete("two", &DeleteParams::default()).await?;
+    wait_for("service two gone", T, || async {
+        env.services.get_opt("two").await.ok()?.is_none().then_some(())
+    })
+    .await?;
+    assert_eq!(
+        node_group_refs(&env).await?.0,
+        0,
+        "the last ELB took the node rule along"
+    );
+    let byo_group = env
+        .moto
+        .ec2()
+        .describe_security_groups()
+        .group_ids(&byo)
+        .send()
+        .await?;
+    assert!(
+        cidr_rules(&byo_group.security_groups()[0]).is_empty(),
+        "a BYO group is never edited"
+    );
+    env.moto
+        .ec2()
+        .delete_security_group()
+        .group_id(&byo)
+        .send()
+        .await?;
     nothing_left(&env).await
 }

@@ -325,7 +325,7 @@ impl AwsCloud {
                         .await
                         .map_err(|e| cloud_error(format!("setting the security groups of {name}"), e))?;
                     let replaced: Vec<String> = have_groups.difference(&want_groups).cloned().collect();
-                    self.remove_replaced_groups(&replaced).await?;
+                    self.remove_replaced_groups(name, &replaced).await?;
                 }
                 if !opts.additional_tags.is_empty() {
                     let extra = opts
@@ -723,8 +723,10 @@ impl AwsCloud {
         Ok(())
     }
 
-    /// Revokes every reference to the owned groups among `groups` and deletes them.
-    async fn remove_replaced_groups(&self, groups: &[String]) -> CloudResult<()> {
+    /// Handles `groups`, just detached from the load balancer `name`: cluster-owned ones are
+    /// deleted after every reference to them in the VPC is revoked; for the others only the
+    /// node rules admitting them are revoked ([`AwsCloud::release_node_access`]).
+    pub(crate) async fn remove_replaced_groups(&self, name: &str, groups: &[String]) -> CloudResult<()> {
         for g in self.security_groups(groups).await? {
             let id = g.group_id().unwrap_or_default().to_string();
             let tags = g
@@ -733,6 +735,7 @@ impl AwsCloud {
                 .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
                 .collect();
             if !self.owned_by_cluster(&tags) || id == self.config.elb_security_group {
+                self.release_node_access(name, &id).await?;
                 continue;
             }
             for other in self.vpc_security_groups().await? {
@@ -780,6 +783,13 @@ impl AwsCloud {
                     self.disallow_group(&other, id).await?;
                 }
             }
+        }
+        // A kept (bring-your-own) group through which the nodes admitted this load balancer:
+        // only the node rules go (spec A6.5 step 3).
+        if let Some(primary) = lb.as_ref().and_then(|l| l.security_groups().first())
+            && !doomed.iter().any(|g| g.group_id() == Some(primary.as_str()))
+        {
+            self.release_node_access(name, primary).await?;
         }
         let existed = lb.is_some();
         if existed {

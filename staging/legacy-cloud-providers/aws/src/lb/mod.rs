@@ -10,6 +10,11 @@
 //! - Deletion leaks nothing this provider made: owned groups lose every reference in the VPC
 //!   and are deleted with back-off on `DependencyViolation`; only resources tagged
 //!   `kubernetes.io/cluster/<id>=owned` are ever deleted.
+//! - Bring-your-own groups (`security-groups`, and the managed-NLB mode's BYO groups) are never
+//!   edited or deleted; the node rules admitting one are revoked when its load balancer goes or
+//!   drops it, but kept while another load balancer still has the group attached (upstream
+//!   revokes them regardless, cutting off the other Service). Owned groups detached from an
+//!   NLB in managed mode are deleted (AWS-53).
 
 pub mod classic;
 pub mod network;

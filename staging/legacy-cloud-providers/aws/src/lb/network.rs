@@ -591,6 +591,77 @@ impl AwsCloud {
             .map_err(|e| cloud_error(format!("revoking {source_group} from {id}"), e))
     }
 
+    /// Whether a load balancer other than `name`, Classic or NLB, has `group` attached.
+    pub(crate) async fn group_used_by_other_lb(&self, name: &str, group: &str) -> CloudResult<bool> {
+        let mut marker = None;
+        loop {
+            let out = self
+                .api
+                .call(
+                    "elb_describe_load_balancers",
+                    self.elb.describe_load_balancers().set_marker(marker).send(),
+                )
+                .await
+                .map_err(|e| cloud_error("listing classic ELBs", e))?;
+            if out.load_balancer_descriptions().iter().any(|lb| {
+                lb.load_balancer_name() != Some(name) && lb.security_groups().iter().any(|g| g == group)
+            }) {
+                return Ok(true);
+            }
+            marker = out.next_marker().filter(|m| !m.is_empty()).map(str::to_string);
+            if marker.is_none() {
+                break;
+            }
+        }
+        let mut marker = None;
+        loop {
+            let out = self
+                .api
+                .call(
+                    "elbv2_describe_load_balancers",
+                    self.elbv2.describe_load_balancers().set_marker(marker).send(),
+                )
+                .await
+                .map_err(|e| cloud_error("listing NLBs", e))?;
+            if out.load_balancers().iter().any(|lb| {
+                lb.load_balancer_name() != Some(name) && lb.security_groups().iter().any(|g| g == group)
+            }) {
+                return Ok(true);
+            }
+            marker = out.next_marker().filter(|m| !m.is_empty()).map(str::to_string);
+            if marker.is_none() {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// Revokes the rules of the cluster's groups that admit `lb_group`, the group through
+    /// which the load balancer `name` reached the nodes (a bring-your-own group, which itself is
+    /// never edited or deleted). Kept while another load balancer still has `lb_group`, so two
+    /// Services sharing one BYO group do not cut each other off.
+    pub(crate) async fn release_node_access(&self, name: &str, lb_group: &str) -> CloudResult<()> {
+        let groups = self.vpc_security_groups().await?;
+        let admitting: Vec<&SecurityGroup> = groups
+            .iter()
+            .filter(|g| self.tagged_for_cluster(&tags_of(g)) && Self::allows_group(g, lb_group))
+            .collect();
+        if admitting.is_empty() {
+            return Ok(());
+        }
+        if self.group_used_by_other_lb(name, lb_group).await? {
+            tracing::info!(
+                lb = name,
+                group = lb_group,
+                "another load balancer still uses the group; node rules kept"
+            );
+            return Ok(());
+        }
+        for g in admitting {
+            self.disallow_group(g, lb_group).await?;
+        }
+        Ok(())
+    }
+
     /// Every security group of the VPC.
     pub(crate) async fn vpc_security_groups(&self) -> CloudResult<Vec<SecurityGroup>> {
         let vpc = self.vpc_id().await?;

@@ -249,6 +249,13 @@ impl AwsCloud {
                         )
                         .await
                         .map_err(|e| cloud_error(format!("setting security groups of {name}"), e))?;
+                    // AWS-53: owned groups detached from the NLB (the managed group after a
+                    // switch to BYO groups) are cleaned up.
+                    let replaced: Vec<String> = have
+                        .difference(&groups.iter().cloned().collect())
+                        .cloned()
+                        .collect();
+                    self.remove_replaced_groups(name, &replaced).await?;
                 }
             } else {
                 lb = Some(
@@ -875,6 +882,14 @@ impl AwsCloud {
         let mut existed = false;
         if let Some(lb) = &lb {
             existed = true;
+            // A bring-your-own group (managed mode) through which the nodes admitted this NLB:
+            // only the node rules go. The managed group is handled below.
+            let managed = self.security_group_by_name(&self.managed_group_name(svc)).await?;
+            if let Some(primary) = lb.security_groups().first()
+                && managed.as_ref().and_then(|g| g.group_id()) != Some(primary.as_str())
+            {
+                self.release_node_access(name, primary).await?;
+            }
             let arn = lb.load_balancer_arn().unwrap_or_default().to_string();
             let tgs = self
                 .api
