@@ -428,6 +428,16 @@ pub struct World {
     pub instances: Vec<Instance>,
 }
 
+impl World {
+    /// The private DNS names of the world's instances: the Node names kubelet would register.
+    pub fn node_names(&self) -> Vec<&str> {
+        self.instances
+            .iter()
+            .map(|i| i.private_dns_name.as_str())
+            .collect()
+    }
+}
+
 /// What the tests need to know about one EC2 instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Instance {

@@ -86,12 +86,7 @@ async fn env_with(instances: usize, extra_global: &str) -> Result<Env> {
     let tagged_at_start = cluster_tagged(&moto).await?;
     let client = cluster.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
-    let names: Vec<&str> = world
-        .instances
-        .iter()
-        .map(|i| i.private_dns_name.as_str())
-        .collect();
-    register_tainted_nodes(&nodes, &names, Some(T)).await?;
+    register_tainted_nodes(&nodes, &world.node_names(), Some(T)).await?;
     Ok(Env {
         services: Api::namespaced(client, "default"),
         cluster,

@@ -73,12 +73,7 @@ async fn main() -> Result<()> {
     )?;
     let client = cluster.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
-    let node_names: Vec<&str> = world
-        .instances
-        .iter()
-        .map(|i| i.private_dns_name.as_str())
-        .collect();
-    register_tainted_nodes(&nodes, &node_names, Some(PHASE_LIMIT)).await?;
+    register_tainted_nodes(&nodes, &world.node_names(), Some(PHASE_LIMIT)).await?;
     let before = calls(&ccm).await?;
 
     let services: Api<Service> = Api::namespaced(client, "default");

@@ -56,12 +56,7 @@ async fn main() -> Result<()> {
     )?;
     let client = cluster.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
-    let node_names: Vec<&str> = world
-        .instances
-        .iter()
-        .map(|i| i.private_dns_name.as_str())
-        .collect();
-    register_tainted_nodes(&nodes, &node_names, None).await?;
+    register_tainted_nodes(&nodes, &world.node_names(), None).await?;
     println!(
         "local-up-cluster: created 3 Nodes with the node.cloudprovider.kubernetes.io/uninitialized taint; waiting for the CCM …"
     );
