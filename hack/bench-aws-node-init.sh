@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark: N tainted Nodes initialised by cloud-controller-manager-aws on kube-apiserver +
 # moto; prints wall time, EC2 calls by operation and peak RSS. Not part of the tests.
-#   hack/bench-aws-node-init.sh [--nodes 1000] [-- <extra CCM flags, e.g. --kube-api-qps=1000>]
+#   hack/bench-aws-node-init.sh [--release] [--nodes 1000] [-- <extra CCM flags, e.g. --kube-api-qps=1000>]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-hack/install-test-deps.sh >/dev/null
-cargo build --quiet --bin cloud-controller-manager-aws
-exec cargo run --quiet -p rcp-e2e --bin bench-aws-node-init -- "$@"
+source hack/lib-bench.sh
+bench_main bench-aws-node-init "$@"

@@ -53,7 +53,8 @@ pub fn workspace_root() -> PathBuf {
 
 /// Builds (if needed) and returns a binary of this workspace, e.g.
 /// `workspace_binary("cloud-controller-manager-aws")`. Uses the same target directory and the
-/// dev profile, so after `cargo test` it is a quick no-op.
+/// dev profile, so after `cargo test` it is a quick no-op; `RCP_CCM_PROFILE=release` (set by
+/// the benchmarks' `--release`) uses the release profile instead.
 pub fn workspace_binary(name: &str) -> Result<PathBuf> {
     static BUILT: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
     let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
@@ -61,12 +62,19 @@ pub fn workspace_binary(name: &str) -> Result<PathBuf> {
     let target_dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("target"));
-    let path = target_dir.join("debug").join(name);
+    let release = std::env::var("RCP_CCM_PROFILE").is_ok_and(|p| p == "release");
+    let path = target_dir
+        .join(if release { "release" } else { "debug" })
+        .join(name);
     if !built.iter().any(|b| b == name) {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut args = vec!["build", "--quiet", "--bin", name];
+        if release {
+            args.push("--release");
+        }
         let out = Command::new(cargo)
             .current_dir(workspace_root())
-            .args(["build", "--quiet", "--bin", name])
+            .args(&args)
             .output()
             .with_context(|| format!("running cargo build --bin {name}"))?;
         if !out.status.success() {
