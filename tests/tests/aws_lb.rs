@@ -195,6 +195,31 @@ async fn node_group_refs(env: &Env) -> Result<(usize, Vec<String>)> {
     Ok((group_refs, described))
 }
 
+/// Creates a security group in the world's VPC the way a user would for the
+/// `security-groups` annotation (not tagged for the cluster); returns its ID.
+async fn user_group(env: &Env, name: &str) -> Result<String> {
+    let out = env
+        .moto
+        .ec2()
+        .create_security_group()
+        .group_name(name)
+        .description("brought by the user")
+        .vpc_id(&env.world.vpc_id)
+        .send()
+        .await?;
+    Ok(out.group_id().unwrap_or_default().to_string())
+}
+
+/// Deletes the Service `name` and waits until it is gone, i.e. until the service controller
+/// has finished deleting its load balancer and removed the finalizer.
+async fn delete_service(env: &Env, name: &str) -> Result<()> {
+    env.services.delete(name, &DeleteParams::default()).await?;
+    wait_for(&format!("service {name} gone"), T, || async {
+        env.services.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await
+}
+
 /// `(protocol, from, to, cidr)` of every CIDR ingress rule of `g`, sorted.
 fn cidr_rules(g: &aws_sdk_ec2::types::SecurityGroup) -> Vec<(String, i32, i32, String)> {
     let mut rules: Vec<(String, i32, i32, String)> = g
@@ -863,18 +888,7 @@ async fn managed_nlb_security_group_is_attached_referenced_and_deleted() -> Resu
 
     // Switching to a bring-your-own group: it is attached, the managed group is detached,
     // unreferenced and deleted, and the BYO group itself is never edited.
-    let byo = env
-        .moto
-        .ec2()
-        .create_security_group()
-        .group_name("byo-nlb")
-        .description("brought by the user")
-        .vpc_id(&env.world.vpc_id)
-        .send()
-        .await?
-        .group_id()
-        .unwrap()
-        .to_string();
+    let byo = user_group(&env, "byo-nlb").await?;
     let managed_name = g.group_name().unwrap().to_string();
     env.services
         .patch(
@@ -938,18 +952,7 @@ async fn managed_nlb_security_group_is_attached_referenced_and_deleted() -> Resu
 #[tokio::test]
 async fn a_shared_byo_group_keeps_node_access_until_its_last_load_balancer_goes() -> Result<()> {
     let env = env(2).await?;
-    let byo = env
-        .moto
-        .ec2()
-        .create_security_group()
-        .group_name("byo-shared")
-        .description("brought by the user")
-        .vpc_id(&env.world.vpc_id)
-        .send()
-        .await?
-        .group_id()
-        .unwrap()
-        .to_string();
+    let byo = user_group(&env, "byo-shared").await?;
     for svc in ["one", "two"] {
         env.services
             .create(
@@ -981,12 +984,7 @@ async fn a_shared_byo_group_keeps_node_access_until_its_last_load_balancer_goes(
         "the node group admits the BYO group"
     );
 
-    // The deleting reconcile has finished once the finalizer is gone.
-    env.services.delete("one", &DeleteParams::default()).await?;
-    wait_for("service one gone", T, || async {
-        env.services.get_opt("one").await.ok()?.is_none().then_some(())
-    })
-    .await?;
+    delete_service(&env, "one").await?;
     let lbs = elb(&env.moto).describe_load_balancers().send().await?;
     assert_eq!(lbs.load_balancer_descriptions().len(), 1);
     assert_eq!(
@@ -995,11 +993,7 @@ async fn a_shared_byo_group_keeps_node_access_until_its_last_load_balancer_goes(
         "the other ELB still reaches the nodes through the shared group"
     );
 
-    env.services.delete("two", &DeleteParams::default()).await?;
-    wait_for("service two gone", T, || async {
-        env.services.get_opt("two").await.ok()?.is_none().then_some(())
-    })
-    .await?;
+    delete_service(&env, "two").await?;
     assert_eq!(
         node_group_refs(&env).await?.0,
         0,
