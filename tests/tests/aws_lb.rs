@@ -210,6 +210,23 @@ async fn user_group(env: &Env, name: &str) -> Result<String> {
     Ok(out.group_id().unwrap_or_default().to_string())
 }
 
+/// Asserts that the user's group `id` still has no rules: a BYO group is never edited.
+async fn assert_user_group_untouched(env: &Env, id: &str) -> Result<()> {
+    let out = env
+        .moto
+        .ec2()
+        .describe_security_groups()
+        .group_ids(id)
+        .send()
+        .await?;
+    let group = out
+        .security_groups()
+        .first()
+        .expect("the user's group still exists");
+    assert!(cidr_rules(group).is_empty(), "the BYO group {id} was edited");
+    Ok(())
+}
+
 /// Deletes the Service `name` and waits until it is gone, i.e. until the service controller
 /// has finished deleting its load balancer and removed the finalizer.
 async fn delete_service(env: &Env, name: &str) -> Result<()> {
@@ -910,17 +927,7 @@ async fn managed_nlb_security_group_is_attached_referenced_and_deleted() -> Resu
     })
     .await?;
     assert!(!extra_groups(&env).await?.contains(&managed_name));
-    let byo_group = env
-        .moto
-        .ec2()
-        .describe_security_groups()
-        .group_ids(&byo)
-        .send()
-        .await?;
-    assert!(
-        cidr_rules(&byo_group.security_groups()[0]).is_empty(),
-        "a BYO group is never edited"
-    );
+    assert_user_group_untouched(&env, &byo).await?;
 
     env.services.delete("guarded", &DeleteParams::default()).await?;
     wait_for("the NLB is gone", T, || async {
@@ -999,17 +1006,7 @@ async fn a_shared_byo_group_keeps_node_access_until_its_last_load_balancer_goes(
         0,
         "the last ELB took the node rule along"
     );
-    let byo_group = env
-        .moto
-        .ec2()
-        .describe_security_groups()
-        .group_ids(&byo)
-        .send()
-        .await?;
-    assert!(
-        cidr_rules(&byo_group.security_groups()[0]).is_empty(),
-        "a BYO group is never edited"
-    );
+    assert_user_group_untouched(&env, &byo).await?;
     env.moto
         .ec2()
         .delete_security_group()
