@@ -146,21 +146,32 @@ impl Moto {
         Ok(())
     }
 
-    /// An EC2 client of the real AWS SDK pointed at this moto, with static test credentials.
-    pub fn ec2(&self) -> Ec2 {
-        let conf = aws_sdk_ec2::Config::builder()
+    /// The shared SDK configuration for clients of this moto: its endpoint, [`REGION`] and
+    /// static test credentials.
+    pub fn sdk_config(&self) -> aws_config::SdkConfig {
+        aws_config::SdkConfig::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new(REGION))
-            .credentials_provider(Credentials::new(
-                "AKIDTEST",
-                "moto-test-secret",
-                None,
-                None,
-                "static",
+            .credentials_provider(aws_credential_types::provider::SharedCredentialsProvider::new(
+                Credentials::new("AKIDTEST", "moto-test-secret", None, None, "static"),
             ))
             .endpoint_url(&self.endpoint)
-            .build();
-        Ec2::from_conf(conf)
+            .build()
+    }
+
+    /// An EC2 client of the real AWS SDK pointed at this moto.
+    pub fn ec2(&self) -> Ec2 {
+        Ec2::new(&self.sdk_config())
+    }
+
+    /// A Classic ELB client of the real AWS SDK pointed at this moto.
+    pub fn elb(&self) -> aws_sdk_elasticloadbalancing::Client {
+        aws_sdk_elasticloadbalancing::Client::new(&self.sdk_config())
+    }
+
+    /// An ELBv2 (NLB) client of the real AWS SDK pointed at this moto.
+    pub fn elbv2(&self) -> aws_sdk_elasticloadbalancingv2::Client {
+        aws_sdk_elasticloadbalancingv2::Client::new(&self.sdk_config())
     }
 
     /// A `[Global]` + `[ServiceOverride]` cloud-config pointing the AWS provider at this moto for

@@ -109,40 +109,6 @@ async fn ingress(services: &Api<Service>, name: &str) -> Result<Service> {
     .await
 }
 
-fn elb(moto: &Moto) -> aws_sdk_elasticloadbalancing::Client {
-    aws_sdk_elasticloadbalancing::Client::from_conf(
-        aws_sdk_elasticloadbalancing::Config::builder()
-            .behavior_version(aws_sdk_elasticloadbalancing::config::BehaviorVersion::latest())
-            .region(aws_sdk_elasticloadbalancing::config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_elasticloadbalancing::config::Credentials::new(
-                "AKIDTEST",
-                "moto-test-secret",
-                None,
-                None,
-                "static",
-            ))
-            .endpoint_url(moto.endpoint())
-            .build(),
-    )
-}
-
-fn elbv2(moto: &Moto) -> aws_sdk_elasticloadbalancingv2::Client {
-    aws_sdk_elasticloadbalancingv2::Client::from_conf(
-        aws_sdk_elasticloadbalancingv2::Config::builder()
-            .behavior_version(aws_sdk_elasticloadbalancingv2::config::BehaviorVersion::latest())
-            .region(aws_sdk_elasticloadbalancingv2::config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_elasticloadbalancingv2::config::Credentials::new(
-                "AKIDTEST",
-                "moto-test-secret",
-                None,
-                None,
-                "static",
-            ))
-            .endpoint_url(moto.endpoint())
-            .build(),
-    )
-}
-
 fn node_ports(s: &Service) -> Vec<i32> {
     s.spec
         .as_ref()
@@ -259,9 +225,9 @@ fn cidr_rules(g: &aws_sdk_ec2::types::SecurityGroup) -> Vec<(String, i32, i32, S
 
 async fn nothing_left(env: &Env) -> Result<()> {
     wait_for("no load balancer left", T, || async {
-        let clbs = elb(&env.moto).describe_load_balancers().send().await.ok()?;
-        let nlbs = elbv2(&env.moto).describe_load_balancers().send().await.ok()?;
-        let tgs = elbv2(&env.moto).describe_target_groups().send().await.ok()?;
+        let clbs = env.moto.elb().describe_load_balancers().send().await.ok()?;
+        let nlbs = env.moto.elbv2().describe_load_balancers().send().await.ok()?;
+        let tgs = env.moto.elbv2().describe_target_groups().send().await.ok()?;
         (clbs.load_balancer_descriptions().is_empty()
             && nlbs.load_balancers().is_empty()
             && tgs.target_groups().is_empty())
@@ -332,7 +298,7 @@ async fn classic_elb_with_annotations_follows_nodes_and_leaves_nothing_behind() 
     let name = default_load_balancer_name(&svc);
     let node_port = node_ports(&svc)[0];
 
-    let elb = elb(&env.moto);
+    let elb = env.moto.elb();
     let d = elb
         .describe_load_balancers()
         .load_balancer_names(&name)
@@ -513,7 +479,7 @@ async fn nlb_with_target_groups_targets_and_node_rules_and_a_type_switch_leave_n
         .await?;
     let svc = ingress(&env.services, "api").await?;
     let name = default_load_balancer_name(&svc);
-    let v2 = elbv2(&env.moto);
+    let v2 = env.moto.elbv2();
     let lb = v2.describe_load_balancers().names(&name).send().await?;
     let lb = &lb.load_balancers()[0];
     assert_eq!(ingress_hostname(&svc).as_deref(), lb.dns_name());
@@ -603,7 +569,9 @@ async fn nlb_with_target_groups_targets_and_node_rules_and_a_type_switch_leave_n
         )
         .await?;
     wait_for("classic ELB exists and the NLB is gone", T, || async {
-        let clb = elb(&env.moto)
+        let clb = env
+            .moto
+            .elb()
             .describe_load_balancers()
             .load_balancer_names(&name)
             .send()
@@ -656,7 +624,9 @@ async fn tls_internal_and_health_check_annotations_reach_the_elb() -> Result<()>
         ),
     };
     let name = default_load_balancer_name(&svc);
-    let d = elb(&env.moto)
+    let d = env
+        .moto
+        .elb()
         .describe_load_balancers()
         .load_balancer_names(&name)
         .send()
@@ -717,7 +687,8 @@ async fn an_invalid_annotation_is_a_warning_and_changes_nothing() -> Result<()> 
         "{ev:?}"
     );
     assert!(
-        elb(&env.moto)
+        env.moto
+            .elb()
             .describe_load_balancers()
             .send()
             .await?
@@ -754,10 +725,10 @@ async fn switching_classic_to_nlb_to_cluster_ip_leaves_nothing() -> Result<()> {
             ),
         )
         .await?;
-    let v2 = elbv2(&env.moto);
+    let v2 = env.moto.elbv2();
     wait_for("the NLB exists and the classic ELB is gone", T, || async {
         let nlb = v2.describe_load_balancers().names(&name).send().await.ok()?;
-        let clbs = elb(&env.moto).describe_load_balancers().send().await.ok()?;
+        let clbs = env.moto.elb().describe_load_balancers().send().await.ok()?;
         (!nlb.load_balancers().is_empty() && clbs.load_balancer_descriptions().is_empty()).then_some(())
     })
     .await?;
@@ -833,7 +804,7 @@ async fn two_nlbs_share_the_path_mtu_rule_and_deleting_one_keeps_it_for_the_othe
         .unwrap();
 
     env.services.delete(owner_svc, &DeleteParams::default()).await?;
-    let v2 = elbv2(&env.moto);
+    let v2 = env.moto.elbv2();
     wait_for("the owner's NLB is gone", T, || async {
         let nlbs = v2.describe_load_balancers().send().await.ok()?;
         (nlbs.load_balancers().len() == 1).then_some(())
@@ -866,7 +837,7 @@ async fn managed_nlb_security_group_is_attached_referenced_and_deleted() -> Resu
     env.services.create(&PostParams::default(), &svc).await?;
     let svc = ingress(&env.services, "guarded").await?;
     let name = default_load_balancer_name(&svc);
-    let v2 = elbv2(&env.moto);
+    let v2 = env.moto.elbv2();
     let lb = v2.describe_load_balancers().names(&name).send().await?;
     let groups = lb.load_balancers()[0].security_groups().to_vec();
     assert_eq!(groups.len(), 1, "the NLB has the managed group: {groups:?}");
@@ -970,7 +941,9 @@ async fn a_shared_byo_group_keeps_node_access_until_its_last_load_balancer_goes(
     }
     for svc in ["one", "two"] {
         let s = ingress(&env.services, svc).await?;
-        let lb = elb(&env.moto)
+        let lb = env
+            .moto
+            .elb()
             .describe_load_balancers()
             .load_balancer_names(default_load_balancer_name(&s))
             .send()
@@ -992,7 +965,7 @@ async fn a_shared_byo_group_keeps_node_access_until_its_last_load_balancer_goes(
     );
 
     delete_service(&env, "one").await?;
-    let lbs = elb(&env.moto).describe_load_balancers().send().await?;
+    let lbs = env.moto.elb().describe_load_balancers().send().await?;
     assert_eq!(lbs.load_balancer_descriptions().len(), 1);
     assert_eq!(
         node_group_refs(&env).await?.0,

@@ -166,7 +166,10 @@ impl AwsCloud {
         Ok(out.and_then(|o| o.load_balancer_descriptions().first().cloned()))
     }
 
-    fn shared_probe(&self, svc: &Service) -> Option<(i32, String)> {
+    /// The kube-proxy health probe shared by all load balancers (`(port, path)`) when
+    /// `ClusterServiceLoadBalancerHealthProbeMode = Shared` and `svc` has no health-check
+    /// NodePort of its own (Classic ELBs and NLBs alike).
+    pub(crate) fn shared_probe(&self, svc: &Service) -> Option<(i32, String)> {
         if self.config.cluster_service_load_balancer_health_probe_mode != "Shared"
             || service_health_check_path_port(svc).is_some()
         {

@@ -419,33 +419,67 @@ impl AwsCloud {
             .map(CidrRule::to_permission)
             .collect();
         let remove: Vec<IpPermission> = have.difference(&want).map(CidrRule::to_permission).collect();
-        if !add.is_empty() {
-            self.api
-                .call(
-                    "authorize_security_group_ingress",
-                    self.ec2
-                        .authorize_security_group_ingress()
-                        .group_id(group_id)
-                        .set_ip_permissions(Some(add))
-                        .send(),
-                )
-                .await
-                .map_err(|e| cloud_error(format!("authorizing ingress on {group_id}"), e))?;
+        self.authorize_ingress(group_id, add, || format!("authorizing ingress on {group_id}"))
+            .await?;
+        self.revoke_ingress(group_id, remove, || format!("revoking ingress on {group_id}"))
+            .await
+    }
+
+    /// Adds `perms` to the ingress of `group_id` (nothing when empty); a rule EC2 already has
+    /// (`InvalidPermission.Duplicate`) is not an error. `context` names the step in errors.
+    async fn authorize_ingress(
+        &self,
+        group_id: &str,
+        perms: Vec<IpPermission>,
+        context: impl FnOnce() -> String,
+    ) -> CloudResult<()> {
+        if perms.is_empty() {
+            return Ok(());
         }
-        if !remove.is_empty() {
-            self.api
-                .call(
-                    "revoke_security_group_ingress",
-                    self.ec2
-                        .revoke_security_group_ingress()
-                        .group_id(group_id)
-                        .set_ip_permissions(Some(remove))
-                        .send(),
-                )
-                .await
-                .map_err(|e| cloud_error(format!("revoking ingress on {group_id}"), e))?;
+        self.api
+            .call(
+                "authorize_security_group_ingress",
+                self.ec2
+                    .authorize_security_group_ingress()
+                    .group_id(group_id)
+                    .set_ip_permissions(Some(perms))
+                    .send(),
+            )
+            .await
+            .map(|_| ())
+            .or_else(|e| {
+                if e.is("InvalidPermission.Duplicate") {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })
+            .map_err(|e| cloud_error(context(), e))
+    }
+
+    /// Removes `perms` from the ingress of `group_id` (nothing when empty). `context` names the
+    /// step in errors.
+    async fn revoke_ingress(
+        &self,
+        group_id: &str,
+        perms: Vec<IpPermission>,
+        context: impl FnOnce() -> String,
+    ) -> CloudResult<()> {
+        if perms.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        self.api
+            .call(
+                "revoke_security_group_ingress",
+                self.ec2
+                    .revoke_security_group_ingress()
+                    .group_id(group_id)
+                    .set_ip_permissions(Some(perms))
+                    .send(),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| cloud_error(context(), e))
     }
 
     /// Adds `rules` to `group_id` where missing (node groups: never removes others' rules).
@@ -464,29 +498,9 @@ impl AwsCloud {
             })
             .map(CidrRule::to_permission)
             .collect();
-        if add.is_empty() {
-            return Ok(());
-        }
         let id = group.group_id().unwrap_or_default();
-        self.api
-            .call(
-                "authorize_security_group_ingress",
-                self.ec2
-                    .authorize_security_group_ingress()
-                    .group_id(id)
-                    .set_ip_permissions(Some(add))
-                    .send(),
-            )
+        self.authorize_ingress(id, add, || format!("authorizing ingress on {id}"))
             .await
-            .map(|_| ())
-            .or_else(|e| {
-                if e.is("InvalidPermission.Duplicate") {
-                    Ok(())
-                } else {
-                    Err(e)
-                }
-            })
-            .map_err(|e| cloud_error(format!("authorizing ingress on {id}"), e))
     }
 
     /// Revokes every CIDR rule whose description is `description` from `group`.
@@ -496,22 +510,9 @@ impl AwsCloud {
             .filter(|r| r.description == description)
             .map(|r| r.to_permission())
             .collect();
-        if remove.is_empty() {
-            return Ok(());
-        }
         let id = group.group_id().unwrap_or_default();
-        self.api
-            .call(
-                "revoke_security_group_ingress",
-                self.ec2
-                    .revoke_security_group_ingress()
-                    .group_id(id)
-                    .set_ip_permissions(Some(remove))
-                    .send(),
-            )
+        self.revoke_ingress(id, remove, || format!("revoking ingress on {id}"))
             .await
-            .map(|_| ())
-            .map_err(|e| cloud_error(format!("revoking ingress on {id}"), e))
     }
 
     /// Whether `group` allows everything from `source_group`.
@@ -533,25 +534,8 @@ impl AwsCloud {
             .ip_protocol("-1")
             .user_id_group_pairs(UserIdGroupPair::builder().group_id(source_group).build())
             .build();
-        self.api
-            .call(
-                "authorize_security_group_ingress",
-                self.ec2
-                    .authorize_security_group_ingress()
-                    .group_id(id)
-                    .ip_permissions(perm)
-                    .send(),
-            )
+        self.authorize_ingress(id, vec![perm], || format!("allowing {source_group} on {id}"))
             .await
-            .map(|_| ())
-            .or_else(|e| {
-                if e.is("InvalidPermission.Duplicate") {
-                    Ok(())
-                } else {
-                    Err(e)
-                }
-            })
-            .map_err(|e| cloud_error(format!("allowing {source_group} on {id}"), e))
     }
 
     /// Removes every rule referencing `source_group` from `group`.
@@ -573,22 +557,9 @@ impl AwsCloud {
                     .build()
             })
             .collect();
-        if perms.is_empty() {
-            return Ok(());
-        }
         let id = group.group_id().unwrap_or_default();
-        self.api
-            .call(
-                "revoke_security_group_ingress",
-                self.ec2
-                    .revoke_security_group_ingress()
-                    .group_id(id)
-                    .set_ip_permissions(Some(perms))
-                    .send(),
-            )
+        self.revoke_ingress(id, perms, || format!("revoking {source_group} from {id}"))
             .await
-            .map(|_| ())
-            .map_err(|e| cloud_error(format!("revoking {source_group} from {id}"), e))
     }
 
     /// Whether a load balancer other than `name`, Classic or NLB, has `group` attached.

@@ -275,7 +275,7 @@ impl AwsCloud {
 
         // Listeners and target groups.
         let vpc = self.vpc_id().await?;
-        let shared = self.shared_probe_nlb(svc);
+        let shared = self.shared_probe(svc);
         let listeners = self
             .api
             .call(
@@ -457,27 +457,6 @@ impl AwsCloud {
             .first()
             .cloned()
             .ok_or_else(|| CloudError::msg(format!("CreateLoadBalancer {name} returned nothing")))
-    }
-
-    fn shared_probe_nlb(&self, svc: &Service) -> Option<(i32, String)> {
-        if self.config.cluster_service_load_balancer_health_probe_mode != "Shared"
-            || service_health_check_path_port(svc).is_some()
-        {
-            return None;
-        }
-        let port = match self.config.cluster_service_shared_load_balancer_health_probe_port {
-            0 => 10256,
-            p => p,
-        };
-        let path = match self
-            .config
-            .cluster_service_shared_load_balancer_health_probe_path
-            .as_str()
-        {
-            "" => "/healthz".to_string(),
-            p => p.to_string(),
-        };
-        Some((port, path))
     }
 
     async fn ensure_target_group(
