@@ -11,7 +11,10 @@ case "${1:-}" in
   --execute) mode=execute ;;
   *) echo "usage: $0 [--dry-run|--execute]" >&2; exit 2 ;;
 esac
-mapfile -t crates < <(hack/staged-crates.sh)
+# Not `mapfile < <(…)`: that ignores the script's exit status (a publishable crate outside
+# staging/ must stop this script).
+staged=$(hack/staged-crates.sh)
+mapfile -t crates <<<"$staged"
 args=()
 for c in "${crates[@]}"; do args+=(-p "$c"); done
 if [[ $mode == execute ]]; then

@@ -8,7 +8,10 @@
 # --allow-dirty: this check is about manifests and code, not about the git state.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mapfile -t crates < <(hack/staged-crates.sh)
+# Not `mapfile < <(…)`: that ignores the script's exit status (a publishable crate outside
+# staging/ must stop this script).
+staged=$(hack/staged-crates.sh)
+mapfile -t crates <<<"$staged"
 args=()
 for c in "${crates[@]}"; do args+=(-p "$c"); done
 log=$(mktemp); trap 'rm -f "$log"' EXIT

@@ -5,11 +5,13 @@
 //!   for other users (impersonation) and service accounts (TokenRequest).
 //! - [`Moto`]: moto's AWS emulator, with [`moto::World`] to build a cluster-tagged VPC.
 //! - [`Vcsim`]: govmomi's vCenter simulator.
+//! - [`imds::ImdsStub`]: an EC2 instance-metadata server for one instance of a moto world.
 //!
 //! The servers are installed by `hack/install-test-deps.sh`; see [`paths`].
 
 pub mod ccm;
 pub mod cluster;
+pub mod imds;
 pub mod k8s;
 pub mod kcm;
 pub mod moto;

@@ -16,91 +16,146 @@ struct Crate {
     dir: &'static str,
     name: &'static str,
     deps: Vec<(&'static str, &'static str, &'static str)>, // (name, dir, section)
+    /// Raw TOML appended to the manifest (optional, target-specific, renamed, … edges).
+    raw: String,
+    /// `publish = false` is written for every crate outside staging/ unless this is set.
+    publishable: bool,
+}
+
+fn krate(
+    dir: &'static str,
+    name: &'static str,
+    deps: Vec<(&'static str, &'static str, &'static str)>,
+) -> Crate {
+    Crate {
+        dir,
+        name,
+        deps,
+        raw: String::new(),
+        publishable: dir.starts_with("staging/"),
+    }
 }
 
 fn clean_tree() -> Vec<Crate> {
     vec![
-        Crate {
-            dir: "staging/cloud-provider",
-            name: "k8s-cloud-provider",
-            deps: vec![],
-        },
-        Crate {
-            dir: "staging/vsphere-api",
-            name: "vsphere-api",
-            deps: vec![],
-        },
-        Crate {
-            dir: "staging/legacy-cloud-providers/aws",
-            name: "k8s-legacy-cloud-provider-aws",
-            deps: vec![
+        krate(
+            "staging/cloud-provider",
+            "k8s-cloud-provider",
+            vec![("neutral-rt", "../ext/neutral-rt", "dependencies")],
+        ),
+        krate(
+            "staging/vsphere-api",
+            "vsphere-api",
+            vec![("shared-hash", "../ext/shared-hash", "dependencies")],
+        ),
+        krate(
+            "staging/legacy-cloud-providers/aws",
+            "k8s-legacy-cloud-provider-aws",
+            vec![
                 ("k8s-cloud-provider", "staging/cloud-provider", "dependencies"),
                 ("aws-sdk-ec2", "../ext/aws-sdk-ec2", "dependencies"),
+                // The staged provider also uses an SDK support crate directly (as ours does).
+                ("aws-smithy-types", "../ext/aws-smithy-types", "dependencies"),
             ],
-        },
-        Crate {
-            dir: "staging/legacy-cloud-providers/vsphere",
-            name: "k8s-legacy-cloud-provider-vsphere",
-            deps: vec![("k8s-cloud-provider", "staging/cloud-provider", "dependencies")],
-        },
-        Crate {
-            dir: "providers/aws",
-            name: "cloud-provider-aws",
-            deps: vec![(
+        ),
+        krate(
+            "staging/legacy-cloud-providers/vsphere",
+            "k8s-legacy-cloud-provider-vsphere",
+            vec![
+                ("k8s-cloud-provider", "staging/cloud-provider", "dependencies"),
+                ("vsphere-api", "staging/vsphere-api", "dependencies"),
+            ],
+        ),
+        krate(
+            "providers/aws",
+            "cloud-provider-aws",
+            vec![(
                 "k8s-legacy-cloud-provider-aws",
                 "staging/legacy-cloud-providers/aws",
                 "dependencies",
             )],
-        },
-        Crate {
-            dir: "providers/vsphere",
-            name: "cloud-provider-vsphere",
-            deps: vec![(
+        ),
+        krate(
+            "providers/vsphere",
+            "cloud-provider-vsphere",
+            vec![(
                 "k8s-legacy-cloud-provider-vsphere",
                 "staging/legacy-cloud-providers/vsphere",
                 "dependencies",
             )],
-        },
-        Crate {
-            dir: "cmd/cloud-controller-manager-aws",
-            name: "cloud-controller-manager-aws",
-            deps: vec![("cloud-provider-aws", "providers/aws", "dependencies")],
-        },
-        Crate {
-            dir: "cmd/cloud-controller-manager-vsphere",
-            name: "cloud-controller-manager-vsphere",
-            deps: vec![("cloud-provider-vsphere", "providers/vsphere", "dependencies")],
-        },
-        Crate {
-            dir: "tests",
-            name: "e2e",
-            deps: vec![
+        ),
+        krate(
+            "cmd/cloud-controller-manager-aws",
+            "cloud-controller-manager-aws",
+            vec![("cloud-provider-aws", "providers/aws", "dependencies")],
+        ),
+        krate(
+            "cmd/cloud-controller-manager-vsphere",
+            "cloud-controller-manager-vsphere",
+            vec![("cloud-provider-vsphere", "providers/vsphere", "dependencies")],
+        ),
+        krate(
+            "tests",
+            "e2e",
+            vec![
                 ("cloud-provider-aws", "providers/aws", "dependencies"),
                 ("cloud-provider-vsphere", "providers/vsphere", "dependencies"),
             ],
-        },
+        ),
+        krate("hack/tool", "hack-tool", vec![]),
     ]
 }
 
-const PHASES: &str = "aws = { phase = 2, sdk = [\"aws-sdk-*\"] }\nvsphere = { phase = 2 }\n";
+const PHASES: &str =
+    "aws = { phase = 2, sdk = [\"aws-sdk-*\"] }\nvsphere = { phase = 2, sdk = [\"vsphere-api\"] }\n";
+
+/// Crates outside the workspace, standing in for registry crates: `(name, repository, deps)`.
+/// `aws-sdk-ec2` and `aws-smithy-types` come from the SDK's publisher; `shared-hash` (like
+/// `sha2`) is used by both SDKs; `neutral-rt` (like `tokio`) by the framework and the SDK.
+const EXTERNAL: &[(&str, &str, &[&str])] = &[
+    (
+        "aws-sdk-ec2",
+        "https://example.invalid/fake-aws-sdk",
+        &["aws-smithy-types", "shared-hash"],
+    ),
+    (
+        "aws-smithy-types",
+        "https://example.invalid/fake-aws-sdk.git",
+        &["neutral-rt"],
+    ),
+    ("shared-hash", "https://example.invalid/hashes", &[]),
+    ("neutral-rt", "https://example.invalid/runtime", &[]),
+];
 
 fn write_tree(crates: &[Crate], phases: &str) -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().join("ws");
-    let sdk = tmp.path().join("ext/aws-sdk-ec2");
-    fs::create_dir_all(sdk.join("src")).unwrap();
+    for (name, repo, deps) in EXTERNAL {
+        let dir = tmp.path().join("ext").join(name);
+        fs::create_dir_all(dir.join("src")).unwrap();
+        let mut manifest = format!(
+            "[package]\nname = \"{name}\"\nversion = \"1.0.0\"\nedition = \"2021\"\nrepository = \"{repo}\"\n\n[dependencies]\n"
+        );
+        for d in *deps {
+            manifest.push_str(&format!("{d} = {{ path = \"../{d}\" }}\n"));
+        }
+        fs::write(dir.join("Cargo.toml"), manifest).unwrap();
+        fs::write(dir.join("src/lib.rs"), "").unwrap();
+    }
+    let outside = tmp.path().join("outside/copy");
+    fs::create_dir_all(outside.join("src")).unwrap();
     fs::write(
-        sdk.join("Cargo.toml"),
-        "[package]\nname = \"aws-sdk-ec2\"\nversion = \"1.0.0\"\nedition = \"2021\"\n",
+        outside.join("Cargo.toml"),
+        "[package]\nname = \"copy\"\nversion = \"1.0.0\"\nedition = \"2021\"\n",
     )
     .unwrap();
-    fs::write(sdk.join("src/lib.rs"), "").unwrap();
+    fs::write(outside.join("src/lib.rs"), "").unwrap();
     let members: Vec<String> = crates.iter().map(|c| format!("\"{}\"", c.dir)).collect();
     fs::create_dir_all(&ws).unwrap();
     fs::write(
         ws.join("Cargo.toml"),
         format!(
-            "[workspace]\nresolver = \"2\"\nmembers = [{}]\n\n[workspace.metadata.providers]\n{phases}",
+            "[workspace]\nresolver = \"2\"\nmembers = [{}]\n\n[workspace.metadata.boundaries]\nallow-external-paths = [\"../ext/*\"]\n\n[workspace.metadata.providers]\n{phases}",
             members.join(", ")
         ),
     )
@@ -109,8 +164,9 @@ fn write_tree(crates: &[Crate], phases: &str) -> (tempfile::TempDir, PathBuf) {
         let dir = ws.join(c.dir);
         fs::create_dir_all(dir.join("src")).unwrap();
         let mut manifest = format!(
-            "[package]\nname = \"{}\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
-            c.name
+            "[package]\nname = \"{}\"\nversion = \"0.1.0\"\nedition = \"2021\"\n{}",
+            c.name,
+            if c.publishable { "" } else { "publish = false\n" }
         );
         for section in ["dependencies", "dev-dependencies", "build-dependencies"] {
             let deps: Vec<_> = c.deps.iter().filter(|d| d.2 == section).collect();
@@ -124,6 +180,7 @@ fn write_tree(crates: &[Crate], phases: &str) -> (tempfile::TempDir, PathBuf) {
                 manifest.push_str(&format!("{name} = {{ path = \"{rel}\" }}\n"));
             }
         }
+        manifest.push_str(&c.raw);
         fs::write(dir.join("Cargo.toml"), manifest).unwrap();
         // Every crate gets a lib target so that any planted edge resolves.
         fs::write(dir.join("src/lib.rs"), "").unwrap();
@@ -144,6 +201,15 @@ fn with_dep(mut tree: Vec<Crate>, from: &str, dep: (&'static str, &'static str, 
         .expect("crate")
         .deps
         .push(dep);
+    tree
+}
+
+fn with_raw(mut tree: Vec<Crate>, from: &str, raw: &str) -> Vec<Crate> {
+    tree.iter_mut()
+        .find(|c| c.name == from)
+        .expect("crate")
+        .raw
+        .push_str(raw);
     tree
 }
 
@@ -222,7 +288,7 @@ fn binary_linking_two_providers_fails() {
         &v,
         "one-provider-per-binary",
         "cloud-controller-manager-vsphere",
-        "links crates of provider `aws`: aws-sdk-ec2, cloud-provider-aws, k8s-legacy-cloud-provider-aws",
+        "links crates of provider `aws`: aws-sdk-ec2, aws-smithy-types, cloud-provider-aws, k8s-legacy-cloud-provider-aws",
     );
 }
 
@@ -238,7 +304,7 @@ fn binary_linking_another_providers_sdk_fails() {
         &v,
         "one-provider-per-binary",
         "cloud-controller-manager-vsphere",
-        "links crates of provider `aws`: aws-sdk-ec2",
+        "links crates of provider `aws`: aws-sdk-ec2, aws-smithy-types",
     );
 }
 
@@ -271,7 +337,7 @@ fn provider_depending_on_another_provider_fails() {
         &v,
         "provider-isolation",
         "cloud-provider-aws",
-        "crate of provider `aws` (providers/aws) depends on cloud-provider-vsphere, a crate of provider `vsphere`",
+        "crate of provider `aws` (providers/aws) has a normal dependency on cloud-provider-vsphere, a crate of provider `vsphere`",
     );
 }
 
@@ -311,7 +377,7 @@ fn provider_depending_on_a_binary_fails() {
         &v,
         "provider-isolation",
         "cloud-provider-vsphere",
-        "depends on the binary crate cloud-controller-manager-aws",
+        "has a normal dependency on cloud-controller-manager-aws (cmd/cloud-controller-manager-aws), a binary crate",
     );
 }
 
@@ -319,7 +385,7 @@ fn provider_depending_on_a_binary_fails() {
 fn phase_3_while_the_legacy_crate_exists_fails() {
     let v = check(
         &clean_tree(),
-        "aws = { phase = 3, sdk = [\"aws-sdk-*\"] }\nvsphere = { phase = 2 }\n",
+        "aws = { phase = 3, sdk = [\"aws-sdk-*\"] }\nvsphere = { phase = 2, sdk = [\"vsphere-api\"] }\n",
     );
     assert_single(
         &v,
@@ -339,10 +405,13 @@ fn phase_3_with_staging_still_naming_the_provider_fails() {
     tree.iter_mut()
         .find(|c| c.name == "cloud-provider-aws")
         .unwrap()
-        .deps = vec![("aws-sdk-ec2", "../ext/aws-sdk-ec2", "dependencies")];
+        .deps = vec![
+        ("aws-sdk-ec2", "../ext/aws-sdk-ec2", "dependencies"),
+        ("k8s-cloud-provider", "staging/cloud-provider", "dependencies"),
+    ];
     let clean = check(
         &tree,
-        "aws = { phase = 3, sdk = [\"aws-sdk-*\"] }\nvsphere = { phase = 2 }\n",
+        "aws = { phase = 3, sdk = [\"aws-sdk-*\"] }\nvsphere = { phase = 2, sdk = [\"vsphere-api\"] }\n",
     );
     assert!(clean.is_empty(), "a correct phase-3 tree passes: {clean:?}");
     let tree = with_dep(
@@ -352,7 +421,7 @@ fn phase_3_with_staging_still_naming_the_provider_fails() {
     );
     let v = check(
         &tree,
-        "aws = { phase = 3, sdk = [\"aws-sdk-*\"] }\nvsphere = { phase = 2 }\n",
+        "aws = { phase = 3, sdk = [\"aws-sdk-*\"] }\nvsphere = { phase = 2, sdk = [\"vsphere-api\"] }\n",
     );
     assert_single(
         &v,
@@ -366,7 +435,7 @@ fn phase_3_with_staging_still_naming_the_provider_fails() {
 fn phase_1_with_a_binary_fails() {
     let v = check(
         &clean_tree(),
-        "aws = { phase = 2, sdk = [\"aws-sdk-*\"] }\nvsphere = { phase = 1 }\n",
+        "aws = { phase = 2, sdk = [\"aws-sdk-*\"] }\nvsphere = { phase = 1, sdk = [\"vsphere-api\"] }\n",
     );
     assert_single(
         &v,
@@ -416,17 +485,333 @@ fn undeclared_provider_fails() {
 #[test]
 fn binary_named_after_no_provider_fails() {
     let mut tree = clean_tree();
-    tree.push(Crate {
-        dir: "cmd/ccm",
-        name: "ccm",
-        deps: vec![],
-    });
+    tree.push(krate("cmd/ccm", "ccm", vec![]));
     let v = check(&tree, PHASES);
     assert_single(
         &v,
         "one-provider-per-binary",
         "ccm",
         "is not named cloud-controller-manager-<provider>",
+    );
+}
+
+// --- the holes of the first version (issue 16) ------------------------------------------------
+
+#[test]
+fn the_sdk_support_crates_are_the_providers_own() {
+    // aws-smithy-types is no `aws-sdk-*` name: it is AWS's because the SDK's publisher ships it.
+    let ws = {
+        let (_tmp, manifest) = write_tree(&clean_tree(), PHASES);
+        Workspace::load(&manifest).unwrap()
+    };
+    assert_eq!(ws.provider_of("aws-smithy-types").as_deref(), Some("aws"));
+    assert_eq!(ws.provider_of("aws-sdk-ec2").as_deref(), Some("aws"));
+    assert_eq!(ws.provider_of("vsphere-api").as_deref(), Some("vsphere"));
+    assert_eq!(
+        ws.provider_of("shared-hash"),
+        None,
+        "a crate both SDKs use is neutral"
+    );
+    assert_eq!(
+        ws.provider_of("neutral-rt"),
+        None,
+        "a runtime the framework uses is neutral"
+    );
+    let report = ws.report();
+    assert!(
+        report[0].contains(
+            "provider-owned=4:[aws-sdk-ec2,aws-smithy-types,cloud-provider-aws,k8s-legacy-cloud-provider-aws]"
+        ),
+        "{report:?}"
+    );
+    assert!(
+        report[1].contains("shared-with-other-providers-outside-the-framework=[shared-hash]"),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn a_binary_linking_an_sdk_support_crate_of_another_provider_fails() {
+    let tree = with_dep(
+        clean_tree(),
+        "cloud-controller-manager-vsphere",
+        ("aws-smithy-types", "../ext/aws-smithy-types", "dependencies"),
+    );
+    assert_single(
+        &check(&tree, PHASES),
+        "one-provider-per-binary",
+        "cloud-controller-manager-vsphere",
+        "links crates of provider `aws`: aws-smithy-types",
+    );
+}
+
+#[test]
+fn a_provider_reaching_an_sdk_support_crate_of_another_provider_fails() {
+    let tree = with_dep(
+        clean_tree(),
+        "k8s-legacy-cloud-provider-vsphere",
+        ("aws-smithy-types", "../ext/aws-smithy-types", "dependencies"),
+    );
+    assert_single(
+        &check(&tree, PHASES),
+        "provider-isolation",
+        "k8s-legacy-cloud-provider-vsphere",
+        "has a normal dependency on aws-smithy-types, a crate of provider `aws`",
+    );
+}
+
+#[test]
+fn a_neutral_staged_crate_linking_a_provider_sdk_fails() {
+    let tree = with_dep(
+        clean_tree(),
+        "k8s-cloud-provider",
+        ("aws-smithy-types", "../ext/aws-smithy-types", "dependencies"),
+    );
+    let v = check(&tree, PHASES);
+    assert_single(
+        &v,
+        "neutral-isolation",
+        "k8s-cloud-provider",
+        "provider-neutral staged crate (staging/cloud-provider) has a normal dependency on aws-smithy-types, a crate of provider `aws`",
+    );
+    assert_single(
+        &v,
+        "neutral-isolation",
+        "k8s-cloud-provider",
+        "links crates of provider `aws`: aws-smithy-types",
+    );
+}
+
+#[test]
+fn a_neutral_staged_crate_with_a_dev_dependency_on_an_sdk_fails() {
+    let tree = with_dep(
+        clean_tree(),
+        "k8s-cloud-provider",
+        ("aws-sdk-ec2", "../ext/aws-sdk-ec2", "dev-dependencies"),
+    );
+    assert_single(
+        &check(&tree, PHASES),
+        "neutral-isolation",
+        "k8s-cloud-provider",
+        "has a dev dependency on aws-sdk-ec2, a crate of provider `aws`",
+    );
+}
+
+#[test]
+fn a_neutral_staged_crate_depending_on_a_legacy_provider_fails() {
+    let tree = with_dep(
+        clean_tree(),
+        "k8s-cloud-provider",
+        (
+            "k8s-legacy-cloud-provider-vsphere",
+            "staging/legacy-cloud-providers/vsphere",
+            "dev-dependencies",
+        ),
+    );
+    assert_single(
+        &check(&tree, PHASES),
+        "neutral-isolation",
+        "k8s-cloud-provider",
+        "has a dev dependency on k8s-legacy-cloud-provider-vsphere, a crate of provider `vsphere`",
+    );
+}
+
+#[test]
+fn a_binary_with_a_dev_dependency_on_another_provider_fails() {
+    let tree = with_dep(
+        clean_tree(),
+        "cloud-controller-manager-vsphere",
+        ("aws-sdk-ec2", "../ext/aws-sdk-ec2", "dev-dependencies"),
+    );
+    assert_single(
+        &check(&tree, PHASES),
+        "one-provider-per-binary",
+        "cloud-controller-manager-vsphere",
+        "binary of provider `vsphere` has a dev dependency on aws-sdk-ec2, a crate of provider `aws`",
+    );
+}
+
+#[test]
+fn an_optional_dependency_behind_a_non_default_feature_fails() {
+    let tree = with_raw(
+        clean_tree(),
+        "cloud-controller-manager-vsphere",
+        "cloud-provider-aws = { path = \"../../providers/aws\", optional = true }\n\n[features]\nextra = [\"dep:cloud-provider-aws\"]\n",
+    );
+    let v = check(&tree, PHASES);
+    assert_single(
+        &v,
+        "one-provider-per-binary",
+        "cloud-controller-manager-vsphere",
+        "links crates of provider `aws`: aws-sdk-ec2, aws-smithy-types, cloud-provider-aws",
+    );
+}
+
+#[test]
+fn a_target_specific_dependency_fails() {
+    let tree = with_raw(
+        clean_tree(),
+        "cloud-provider-vsphere",
+        "\n[target.'cfg(unix)'.dependencies]\ncloud-provider-aws = { path = \"../aws\" }\n",
+    );
+    assert_single(
+        &check(&tree, PHASES),
+        "provider-isolation",
+        "cloud-provider-vsphere",
+        "has a normal (cfg(unix)) dependency on cloud-provider-aws, a crate of provider `aws`",
+    );
+}
+
+#[test]
+fn a_renamed_dependency_fails() {
+    let tree = with_raw(
+        clean_tree(),
+        "cloud-provider-vsphere",
+        "aws = { package = \"k8s-legacy-cloud-provider-aws\", path = \"../../staging/legacy-cloud-providers/aws\" }\n",
+    );
+    assert_single(
+        &check(&tree, PHASES),
+        "provider-isolation",
+        "cloud-provider-vsphere",
+        "has a normal dependency on k8s-legacy-cloud-provider-aws (renamed as aws), a crate of provider `aws`",
+    );
+}
+
+#[test]
+fn a_path_dependency_outside_the_workspace_fails() {
+    let tree = with_raw(
+        clean_tree(),
+        "cloud-provider-vsphere",
+        "copy = { path = \"../../../outside/copy\" }\n",
+    );
+    assert_single(
+        &check(&tree, PHASES),
+        "external-path",
+        "copy",
+        "resolves to a path crate outside the workspace (../outside/copy) through a path dependency or a [patch], used by cloud-provider-vsphere",
+    );
+}
+
+#[test]
+fn a_patch_to_a_crate_outside_the_workspace_fails() {
+    // `[patch]` swaps what a registry dependency resolves to: the framework takes a crate from
+    // crates.io by version, and the root manifest patches it to a local copy.
+    let tree = with_raw(clean_tree(), "k8s-cloud-provider", "patched-util = \"1\"\n");
+    let (tmp, manifest) = write_tree(&tree, PHASES);
+    let patched = tmp.path().join("outside/patched-util");
+    fs::create_dir_all(patched.join("src")).unwrap();
+    fs::write(
+        patched.join("Cargo.toml"),
+        "[package]\nname = \"patched-util\"\nversion = \"1.0.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    fs::write(patched.join("src/lib.rs"), "").unwrap();
+    let root = fs::read_to_string(&manifest).unwrap();
+    fs::write(
+        &manifest,
+        format!("{root}\n[patch.crates-io]\npatched-util = {{ path = \"../outside/patched-util\" }}\n"),
+    )
+    .unwrap();
+    let v = Workspace::load(&manifest)
+        .expect("offline metadata with a patched registry crate")
+        .check();
+    assert_single(
+        &v,
+        "external-path",
+        "patched-util",
+        "resolves to a path crate outside the workspace (../outside/patched-util) through a path dependency or a [patch], used by k8s-cloud-provider",
+    );
+}
+
+#[test]
+fn providers_and_binaries_depending_on_tests_or_hack_fail() {
+    let tree = with_dep(
+        clean_tree(),
+        "cloud-provider-vsphere",
+        ("hack-tool", "hack/tool", "dev-dependencies"),
+    );
+    assert_single(
+        &check(&tree, PHASES),
+        "provider-isolation",
+        "cloud-provider-vsphere",
+        "has a dev dependency on hack-tool (hack/tool), a tests/ or hack/ crate",
+    );
+    let tree = with_dep(
+        clean_tree(),
+        "cloud-controller-manager-aws",
+        ("hack-tool", "hack/tool", "dependencies"),
+    );
+    assert_single(
+        &check(&tree, PHASES),
+        "one-provider-per-binary",
+        "cloud-controller-manager-aws",
+        "binary crate has a normal dependency on hack-tool (hack/tool), a tests/ or hack/ crate",
+    );
+}
+
+#[test]
+fn a_crate_nested_under_a_legacy_provider_is_that_providers() {
+    let mut tree = clean_tree();
+    tree.push(krate(
+        "staging/legacy-cloud-providers/aws/extra",
+        "aws-extra",
+        vec![],
+    ));
+    let tree = with_dep(
+        tree,
+        "cloud-controller-manager-vsphere",
+        (
+            "aws-extra",
+            "staging/legacy-cloud-providers/aws/extra",
+            "dependencies",
+        ),
+    );
+    assert_single(
+        &check(&tree, PHASES),
+        "one-provider-per-binary",
+        "cloud-controller-manager-vsphere",
+        "links crates of provider `aws`: aws-extra",
+    );
+}
+
+#[test]
+fn a_publishable_crate_outside_staging_fails() {
+    let mut tree = clean_tree();
+    tree.iter_mut()
+        .find(|c| c.name == "cloud-provider-vsphere")
+        .unwrap()
+        .publishable = true;
+    assert_single(
+        &check(&tree, PHASES),
+        "publish",
+        "cloud-provider-vsphere",
+        "is publishable but lives in providers/vsphere, not under staging/",
+    );
+}
+
+#[test]
+fn a_binary_crate_nested_in_cmd_fails() {
+    let mut tree = clean_tree();
+    tree.push(krate("cmd/tools/x", "x", vec![]));
+    assert_single(
+        &check(&tree, PHASES),
+        "layout",
+        "x",
+        "lives in `cmd/tools/x`: a binary crate lives directly in cmd/<its name>",
+    );
+}
+
+#[test]
+fn an_sdk_claimed_by_two_providers_fails() {
+    let v = check(
+        &clean_tree(),
+        "aws = { phase = 2, sdk = [\"aws-sdk-*\"] }\nvsphere = { phase = 2, sdk = [\"vsphere-api\", \"aws-sdk-ec2\"] }\n",
+    );
+    assert_single(
+        &v,
+        "layout",
+        "aws-sdk-ec2",
+        "is claimed by the SDKs of several providers: aws, vsphere",
     );
 }
 
@@ -452,6 +837,28 @@ fn the_real_tree_passes_and_reports_each_binary() {
         assert!(line.contains("other-provider-crates=[]"), "{line}");
     }
     assert!(report[0].starts_with("cloud-controller-manager-aws") && report[0].contains("phase=2"));
+    // The SDK's support crates count as AWS's without being listed anywhere.
+    for c in [
+        "aws-smithy-types",
+        "aws-smithy-runtime",
+        "aws-sigv4",
+        "aws-types",
+        "aws-credential-types",
+        "aws-sdk-sts",
+    ] {
+        assert_eq!(ws.provider_of(c).as_deref(), Some("aws"), "{c}");
+        assert!(report[0].contains(c), "{c} in {}", report[0]);
+    }
+    for c in ["tokio", "hyper", "rustls", "aws-lc-rs"] {
+        assert_eq!(ws.provider_of(c), None, "{c} is neutral");
+    }
+    assert!(
+        report[1].contains(
+            "provider-owned=3:[cloud-provider-vsphere,k8s-legacy-cloud-provider-vsphere,vsphere-api]"
+        ),
+        "{}",
+        report[1]
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,8 +1,16 @@
 //! A reader for the INI dialect of Go's `gcfg` library, which upstream cloud configs use:
 //! `[Section]` and `[Section "subsection"]` headers, `key = value` lines, `;`/`#` comments
-//! (also after values), double-quoted values with `\"`, `\\`, `\n`, `\t` escapes, a key without
-//! `=` meaning `true`, repeated keys for lists, and case-insensitive section and key names
-//! (subsection names are case-sensitive).
+//! (also after values), double-quoted values with `\"`, `\\`, `\n`, `\t` escapes, a value
+//! continued on the next line by an unquoted `\` at the end of the line, a key without `=`
+//! (a "blank" value: `true` for booleans, a reset for lists, an error for other types), repeated
+//! keys for lists, and case-insensitive section and key names (subsection names are
+//! case-sensitive).
+//!
+//! This reader only checks syntax, which gcfg treats as fatal. What gcfg reports as "extra
+//! data" (unknown sections and keys) is for the caller to decide: upstream providers read their
+//! files with `gcfg.FatalOnly`, so those are warnings, never errors. Differences that only make
+//! the reader more tolerant: a leading UTF-8 byte-order mark is skipped (gcfg's `ReadInto`
+//! refuses it), a key may start with a digit, and an unquoted `\"` is read as a quote.
 
 /// One `key = value` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,9 +117,22 @@ fn unquote(raw: &str, line: usize) -> Result<String, SyntaxError> {
 
 /// Parses a whole file.
 pub fn parse(text: &str) -> Result<Vec<Section>, SyntaxError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut sections: Vec<Section> = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
+    let mut lines = text.lines().enumerate();
+    while let Some((i, first)) = lines.next() {
         let line = i + 1;
+        // A value continued by an unquoted backslash at the end of the line (gcfg joins the
+        // lines and drops the backslash and the line break).
+        let mut logical = first.to_string();
+        while ends_with_continuation(&logical) {
+            logical.pop();
+            match lines.next() {
+                Some((_, next)) => logical.push_str(next),
+                None => break,
+            }
+        }
+        let raw = logical.as_str();
         let trimmed = raw.trim();
         if trimmed.is_empty() || trimmed.starts_with(';') || trimmed.starts_with('#') {
             continue;
@@ -140,7 +161,14 @@ pub fn parse(text: &str) -> Result<Vec<Section>, SyntaxError> {
                             message: format!("subsection name in {trimmed:?} must be double-quoted"),
                         });
                     }
-                    (name.to_string(), Some(unquote(sub, line)?))
+                    let sub = unquote(sub, line)?;
+                    if sub.is_empty() {
+                        return Err(SyntaxError {
+                            line,
+                            message: format!("empty subsection name in {trimmed:?}"),
+                        });
+                    }
+                    (name.to_string(), Some(sub))
                 }
                 None => (inner.to_string(), None),
             };
@@ -172,7 +200,7 @@ pub fn parse(text: &str) -> Result<Vec<Section>, SyntaxError> {
             Some((k, v)) => (k.trim(), Some(unquote(v.trim(), line)?)),
             None => (trimmed.split([';', '#']).next().unwrap_or_default().trim(), None),
         };
-        if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        if key.is_empty() || !key.chars().all(|c| c.is_alphanumeric() || c == '-') {
             return Err(SyntaxError {
                 line,
                 message: format!("invalid key {key:?}"),
@@ -185,6 +213,45 @@ pub fn parse(text: &str) -> Result<Vec<Section>, SyntaxError> {
         });
     }
     Ok(sections)
+}
+
+/// Whether `line` ends with a backslash that is outside quotes, outside a comment and not part
+/// of an escape sequence: gcfg's line continuation.
+fn ends_with_continuation(line: &str) -> bool {
+    if !line.ends_with('\\') {
+        return false;
+    }
+    let mut in_quotes = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => in_quotes = !in_quotes,
+            ';' | '#' if !in_quotes => return false,
+            '\\' => {
+                if chars.peek().is_none() {
+                    return !in_quotes;
+                }
+                chars.next();
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// gcfg's integers for `int`-typed keys: decimal or `0x` hexadecimal, with an optional sign.
+pub fn parse_int(value: &str) -> Option<i64> {
+    let v = value.trim();
+    let (negative, digits) = match v.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, v.strip_prefix('+').unwrap_or(v)),
+    };
+    let magnitude = match digits.strip_prefix("0x").or_else(|| digits.strip_prefix("0X")) {
+        Some(hex) => i64::from_str_radix(hex, 16).ok()?,
+        None if digits.chars().all(|c| c.is_ascii_digit()) => digits.parse().ok()?,
+        None => return None,
+    };
+    Some(if negative { -magnitude } else { magnitude })
 }
 
 /// gcfg's booleans: `true/yes/on/1` and `false/no/off/0` (case-insensitive); a bare key is true.
@@ -264,6 +331,38 @@ Service = Elastic Load Balancing
                 .message
                 .contains("invalid escape")
         );
+    }
+
+    #[test]
+    fn continuation_lines_bom_and_unicode_keys() {
+        let s =
+            parse("\u{feff}[Global]\nZone = us-east-\\\n1a\nName = \"a\\\\\" ; not continued \\\nKlé = 1\n")
+                .unwrap();
+        assert_eq!(s[0].entries[0].value.as_deref(), Some("us-east-1a"));
+        assert_eq!(s[0].entries[0].line, 2);
+        assert_eq!(s[0].entries[1].value.as_deref(), Some("a\\"));
+        assert_eq!(s[0].entries[2].key, "Klé");
+        assert_eq!(s[0].entries[2].line, 5);
+        assert!(!ends_with_continuation("a = \"x\\\\\""));
+        assert!(!ends_with_continuation("a = x ; c \\"));
+        assert!(ends_with_continuation("a = x\\"));
+        assert!(
+            parse("[ServiceOverride \"\"]")
+                .unwrap_err()
+                .message
+                .contains("empty subsection name")
+        );
+    }
+
+    #[test]
+    fn integers() {
+        assert_eq!(parse_int("10256"), Some(10256));
+        assert_eq!(parse_int(" 0x2810 "), Some(0x2810));
+        assert_eq!(parse_int("+5"), Some(5));
+        assert_eq!(parse_int("-1"), Some(-1));
+        assert_eq!(parse_int("1e3"), None);
+        assert_eq!(parse_int("0xZZ"), None);
+        assert_eq!(parse_int(""), None);
     }
 
     #[test]

@@ -139,7 +139,15 @@ impl AwsCloud {
                     .ok_or_else(|| AwsInitError::Region("IMDS identity document has no region".into()))?
             }
         };
-        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        for o in config.unused_overrides() {
+            info!(
+                section = %format!("[ServiceOverride {:?}]", o.id),
+                service = %o.service,
+                region = %o.region,
+                "cloud config: this provider makes no calls to this service; the override is kept and unused"
+            );
+        }
+        let loader = aws_config::defaults(BehaviorVersion::latest())
             .region(Region::new(region.clone()))
             .retry_config(RetryConfig::standard().with_max_attempts(3))
             .timeout_config(
@@ -147,14 +155,16 @@ impl AwsCloud {
                     .operation_attempt_timeout(Duration::from_secs(30))
                     .build(),
             );
-        if let Some(o) = config.override_for(AwsService::Sts, &region) {
-            loader = loader.endpoint_url(&o.url);
-        }
         let mut sdk = loader.load().await;
         if !config.role_arn.is_empty() {
+            // An STS override applies to the AssumeRole calls only, never to the other clients.
+            let sts_sdk = match config.override_for(AwsService::Sts, &region) {
+                Some(o) => sdk.to_builder().endpoint_url(&o.url).build(),
+                None => sdk.clone(),
+            };
             let provider = aws_config::sts::AssumeRoleProvider::builder(&config.role_arn)
                 .session_name("cloud-controller-manager")
-                .configure(&sdk)
+                .configure(&sts_sdk)
                 .build()
                 .await;
             sdk = sdk

@@ -9,6 +9,12 @@
 //! - Environment variables (`VSPHERE_*`, `VSPHERE_VCENTER_<ID>` + `VCENTER_<ID>_*`) override
 //!   the file. Unlike the Go CPI, `_INSECURE`, `_ROUNDTRIP` and `_IP_FAMILY` are honoured when
 //!   set (upstream's checks are inverted).
+//! - Tolerance as upstream's readers (gcfg `FatalOnly` for INI, `yaml.Unmarshal` for YAML): unknown
+//!   sections and keys are warned about, one line each naming the section, the key and (INI)
+//!   the line; invalid values of known keys are errors. Same-named `[VirtualCenter]` sections
+//!   are merged (gcfg fills one map entry); a known key without `=` is `true` for booleans and
+//!   an error otherwise (gcfg: "blank value not supported"). A YAML file that does not parse
+//!   gets the YAML error, not an INI one.
 //! - Errors name the section/key and the value; passwords never appear in errors or `Debug`.
 //! - A per-vCenter `insecure-flag = false` (`insecureFlag: false`) under a global `true` means
 //!   "verify TLS for this vCenter". (The Go CPI treats it as "inherit the global value", which
@@ -190,42 +196,99 @@ fn parse_families(place: &str, values: Vec<String>) -> Result<Vec<String>, Confi
     Ok(out)
 }
 
+/// A YAML or INI value as one string: scalars as written, a mapping or a list is an error
+/// (`what` names the key; the value itself is not quoted, it may be a password).
+fn scalar(what: &str, value: &Value) -> Result<String, ConfigError> {
+    match value {
+        Value::String(s) => Ok(s.clone()),
+        Value::Null => Ok(String::new()),
+        Value::Bool(_) | Value::Number(_) => Ok(value.to_string()),
+        Value::Array(_) | Value::Object(_) => Err(ConfigError(format!(
+            "{what}: must be a single value, not a list or a mapping"
+        ))),
+    }
+}
+
+/// How a key was written: with a value, or (INI) bare, without `=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Written {
+    Valued,
+    Bare,
+}
+
 /// Applies one vCenter key (INI name or YAML name); `Ok(false)` when the key is unknown.
 fn apply_vcenter_key(
     vc: &mut VCenterConfig,
     place: &str,
     key: &str,
     value: &Value,
+    written: Written,
 ) -> Result<bool, ConfigError> {
-    let text = || match value {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    };
-    let list = || match value {
-        Value::Array(a) => a
-            .iter()
-            .map(|x| x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string()))
-            .collect(),
-        _ => split_list(&text()),
-    };
     let at = format!("{place} {key}");
-    match key.to_ascii_lowercase().replace('_', "-").as_str() {
-        "user" => vc.user = text(),
-        "password" => vc.password = Secret::new(text()),
-        "server" => vc.server = text(),
-        "port" => vc.port = parse_port(&at, &text())?,
-        "insecure-flag" | "insecureflag" => vc.insecure = parse_bool(&at, &text())?,
-        "datacenters" => vc.datacenters = list(),
-        "soap-roundtrip-count" | "soaproundtripcount" => vc.soap_roundtrip_count = parse_u32(&at, &text())?,
-        "ca-file" | "cafile" => vc.ca_file = text(),
-        "thumbprint" => vc.thumbprint = text(),
-        "secret-name" | "secretname" => vc.secret_name = text(),
-        "secret-namespace" | "secretnamespace" => vc.secret_namespace = text(),
-        "ip-family" | "ipfamily" => vc.ip_family = parse_families(&at, list())?,
-        _ => return Ok(false),
+    let canonical = key.to_ascii_lowercase().replace('_', "-");
+    let is_bool = matches!(canonical.as_str(), "insecure-flag" | "insecureflag");
+    let known = is_bool
+        || matches!(
+            canonical.as_str(),
+            "user"
+                | "password"
+                | "server"
+                | "port"
+                | "datacenters"
+                | "soap-roundtrip-count"
+                | "soaproundtripcount"
+                | "ca-file"
+                | "cafile"
+                | "thumbprint"
+                | "secret-name"
+                | "secretname"
+                | "secret-namespace"
+                | "secretnamespace"
+                | "ip-family"
+                | "ipfamily"
+        );
+    if !known {
+        return Ok(false);
+    }
+    if written == Written::Bare {
+        if is_bool {
+            vc.insecure = true;
+            return Ok(true);
+        }
+        return Err(ConfigError(format!(
+            "{at}: needs a value (write `{key} = <value>`)"
+        )));
+    }
+    let text = || scalar(&at, value);
+    let list = || -> Result<Vec<String>, ConfigError> {
+        match value {
+            Value::Array(a) => a.iter().map(|x| scalar(&at, x)).collect(),
+            _ => Ok(split_list(&text()?)),
+        }
+    };
+    match canonical.as_str() {
+        "user" => vc.user = text()?,
+        "password" => vc.password = Secret::new(text()?),
+        "server" => vc.server = text()?,
+        "port" => vc.port = parse_port(&at, &text()?)?,
+        "insecure-flag" | "insecureflag" => vc.insecure = parse_bool(&at, &text()?)?,
+        "datacenters" => vc.datacenters = list()?,
+        "soap-roundtrip-count" | "soaproundtripcount" => vc.soap_roundtrip_count = parse_u32(&at, &text()?)?,
+        "ca-file" | "cafile" => vc.ca_file = text()?,
+        "thumbprint" => vc.thumbprint = text()?,
+        "secret-name" | "secretname" => vc.secret_name = text()?,
+        "secret-namespace" | "secretnamespace" => vc.secret_namespace = text()?,
+        _ => vc.ip_family = parse_families(&at, list()?)?,
     }
     Ok(true)
+}
+
+/// An INI entry's value and how it was written.
+fn ini_value(e: &gcfg::Entry) -> (Value, Written) {
+    match &e.value {
+        Some(v) => (Value::String(v.clone()), Written::Valued),
+        None => (Value::Null, Written::Bare),
+    }
 }
 
 /// In-tree `[Global]` keys the CPI dropped, and why.
@@ -250,9 +313,18 @@ impl VsphereConfig {
         };
         let text =
             std::str::from_utf8(bytes).map_err(|_| ConfigError("the file is not valid UTF-8".into()))?;
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        // INI has a `[section]` header on a line of its own; YAML never starts a line with `[`
+        // outside a flow sequence value.
+        let looks_like_ini = text.lines().any(|l| l.trim_start().starts_with('['));
         match serde_saphyr::from_str::<Value>(text) {
             Ok(Value::Object(map)) if !text.trim_start().starts_with('[') => Self::from_yaml(map),
-            _ => Self::from_ini(text),
+            _ if looks_like_ini => Self::from_ini(text),
+            Ok(Value::Null) => Ok(Self::default()),
+            Ok(_) => Err(ConfigError(
+                "the file is neither a YAML mapping nor an INI file with [sections]".into(),
+            )),
+            Err(e) => Err(ConfigError(format!("not valid YAML: {e}"))),
         }
     }
 
@@ -269,8 +341,8 @@ impl VsphereConfig {
                     };
                     for (k, v) in g {
                         if k == "secretsDirectory" {
-                            cfg.secrets_directory = v.as_str().unwrap_or_default().to_string();
-                        } else if !apply_vcenter_key(&mut cfg.global, "global:", &k, &v)? {
+                            cfg.secrets_directory = scalar("global: secretsDirectory", &v)?;
+                        } else if !apply_vcenter_key(&mut cfg.global, "global:", &k, &v, Written::Valued)? {
                             tracing::warn!(key = %k, "vsphere cloud config: ignoring unknown key global.{k}");
                         }
                     }
@@ -290,7 +362,13 @@ impl VsphereConfig {
                             ..cfg.global.clone()
                         };
                         for (k, v) in settings {
-                            if !apply_vcenter_key(&mut vc, &format!("vcenter.{name}:"), &k, &v)? {
+                            if !apply_vcenter_key(
+                                &mut vc,
+                                &format!("vcenter.{name}:"),
+                                &k,
+                                &v,
+                                Written::Valued,
+                            )? {
                                 tracing::warn!(key = %k, "vsphere cloud config: ignoring unknown key vcenter.{name}.{k}");
                             }
                         }
@@ -301,30 +379,34 @@ impl VsphereConfig {
                     }
                 }
                 "labels" => {
-                    cfg.zone_category = value
-                        .get("zone")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string();
-                    cfg.region_category = value
-                        .get("region")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string();
+                    let Value::Object(labels) = value else {
+                        return Err(ConfigError("labels: must be a mapping (zone, region)".into()));
+                    };
+                    for (k, v) in labels {
+                        match k.as_str() {
+                            "zone" => cfg.zone_category = scalar("labels: zone", &v)?,
+                            "region" => cfg.region_category = scalar("labels: region", &v)?,
+                            _ => {
+                                tracing::warn!(key = %k, "vsphere cloud config: ignoring unknown key labels.{k}")
+                            }
+                        }
+                    }
                 }
                 "nodes" => {
                     let Value::Object(n) = value else {
                         return Err(ConfigError("nodes: must be a mapping".into()));
                     };
                     for (k, v) in n {
+                        let at = format!("nodes: {k}");
                         let s = match &v {
-                            Value::Array(a) => {
-                                a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(",")
-                            }
-                            Value::String(s) => s.clone(),
-                            other => other.to_string(),
+                            Value::Array(a) => a
+                                .iter()
+                                .map(|x| scalar(&at, x))
+                                .collect::<Result<Vec<_>, _>>()?
+                                .join(","),
+                            other => scalar(&at, other)?,
                         };
-                        cfg.apply_nodes_key("nodes:", &k, &s)?;
+                        cfg.apply_nodes_key("nodes:", &k, &s, None)?;
                     }
                 }
                 "nsxt" | "loadBalancer" | "loadBalancerClass" | "route" => {
@@ -338,7 +420,13 @@ impl VsphereConfig {
         cfg.finish()
     }
 
-    fn apply_nodes_key(&mut self, place: &str, key: &str, value: &str) -> Result<(), ConfigError> {
+    fn apply_nodes_key(
+        &mut self,
+        place: &str,
+        key: &str,
+        value: &str,
+        line: Option<usize>,
+    ) -> Result<(), ConfigError> {
         let at = format!("{place} {key}");
         let n = &mut self.nodes;
         match key.to_ascii_lowercase().replace('_', "-").as_str() {
@@ -360,7 +448,11 @@ impl VsphereConfig {
             "exclude-external-network-subnet-cidr" | "excludeexternalnetworksubnetcidr" => {
                 n.exclude_external_network_subnet_cidr = parse_cidrs(&at, value)?
             }
-            _ => tracing::warn!(key, "vsphere cloud config: ignoring unknown key {place} {key}"),
+            _ => tracing::warn!(
+                key,
+                line,
+                "vsphere cloud config: ignoring unknown key {place} {key}"
+            ),
         }
         Ok(())
     }
@@ -377,7 +469,7 @@ impl VsphereConfig {
             .filter(|s| s.is("Global") && s.subsection.is_none())
         {
             for e in &s.entries {
-                let value = Value::String(e.value.clone().unwrap_or_default());
+                let (value, written) = ini_value(e);
                 let lower = e.key.to_ascii_lowercase();
                 if lower == "secrets-directory" {
                     cfg.secrets_directory = e.value.clone().unwrap_or_default();
@@ -397,6 +489,7 @@ impl VsphereConfig {
                     &format!("[Global] (line {})", e.line),
                     &e.key,
                     &value,
+                    written,
                 )? {
                     tracing::warn!(key = %e.key, line = e.line, "vsphere cloud config: ignoring unknown key in [Global]");
                 }
@@ -409,31 +502,63 @@ impl VsphereConfig {
             }
             if s.is("VirtualCenter") && s.subsection.is_some() {
                 let label = s.subsection.clone().unwrap_or_default();
-                let mut vc = VCenterConfig {
+                // Same-named sections fill one entry, as gcfg's map does.
+                let mut vc = cfg.vcenters.remove(&label).unwrap_or_else(|| VCenterConfig {
                     server: label.clone(),
                     ..cfg.global.clone()
-                };
+                });
                 for e in &s.entries {
-                    let value = Value::String(e.value.clone().unwrap_or_default());
-                    if !apply_vcenter_key(&mut vc, &format!("{name} (line {})", e.line), &e.key, &value)? {
-                        tracing::warn!(section = %name, key = %e.key, "vsphere cloud config: ignoring unknown key");
+                    let (value, written) = ini_value(e);
+                    if !apply_vcenter_key(
+                        &mut vc,
+                        &format!("{name} (line {})", e.line),
+                        &e.key,
+                        &value,
+                        written,
+                    )? {
+                        tracing::warn!(section = %name, key = %e.key, line = e.line, "vsphere cloud config: ignoring unknown key");
                     }
                 }
                 cfg.vcenters.insert(label, vc);
                 continue;
             }
             let lower = s.name.to_ascii_lowercase();
+            let known_section = s.subsection.is_none()
+                && matches!(
+                    lower.as_str(),
+                    "labels"
+                        | "nodes"
+                        | "network"
+                        | "disk"
+                        | "workspace"
+                        | "nsxt"
+                        | "loadbalancer"
+                        | "loadbalancerclass"
+                        | "route"
+                );
+            if !known_section {
+                tracing::warn!(section = %name, line = s.line, "vsphere cloud config: ignoring unknown section");
+                continue;
+            }
             for e in &s.entries {
                 let v = e.value.clone().unwrap_or_default();
                 match lower.as_str() {
                     "labels" => match e.key.to_ascii_lowercase().as_str() {
+                        "zone" | "region" if e.value.is_none() => {
+                            return Err(ConfigError(format!(
+                                "{name} (line {}) {}: needs a value",
+                                e.line, e.key
+                            )));
+                        }
                         "zone" => cfg.zone_category = v,
                         "region" => cfg.region_category = v,
                         _ => {
-                            tracing::warn!(key = %e.key, "vsphere cloud config: ignoring unknown key in [Labels]")
+                            tracing::warn!(key = %e.key, line = e.line, "vsphere cloud config: ignoring unknown key in [Labels]")
                         }
                     },
-                    "nodes" => cfg.apply_nodes_key(&format!("{name} (line {})", e.line), &e.key, &v)?,
+                    "nodes" => {
+                        cfg.apply_nodes_key(&format!("{name} (line {})", e.line), &e.key, &v, Some(e.line))?
+                    }
                     "network" => cfg.dropped.push((
                         name.clone(),
                         e.key.clone(),
@@ -444,12 +569,11 @@ impl VsphereConfig {
                         e.key.clone(),
                         "volumes are the vSphere CSI driver's job".into(),
                     )),
-                    "nsxt" | "loadbalancer" | "loadbalancerclass" | "route" => cfg.dropped.push((
+                    _ => cfg.dropped.push((
                         name.clone(),
                         e.key.clone(),
                         "NSX-T load balancers and routes are not supported".into(),
                     )),
-                    _ => tracing::warn!(section = %name, "vsphere cloud config: ignoring unknown section"),
                 }
             }
         }
@@ -534,7 +658,7 @@ impl VsphereConfig {
             ),
         ] {
             if let Some(v) = env(var) {
-                self.apply_nodes_key(var, key, &v)?;
+                self.apply_nodes_key(var, key, &v, None)?;
             }
         }
         // Per-vCenter: VSPHERE_VCENTER_<ID>=<name> with VCENTER_<ID>_<KEY>.
@@ -562,7 +686,7 @@ impl VsphereConfig {
             ] {
                 let var = format!("VCENTER_{id}_{suffix}");
                 if let Some(v) = env(&var) {
-                    apply_vcenter_key(&mut vc, &var, key, &Value::String(v))?;
+                    apply_vcenter_key(&mut vc, &var, key, &Value::String(v), Written::Valued)?;
                 }
             }
             self.vcenters.insert(name, vc);
@@ -880,7 +1004,20 @@ mod tests {
                 b"[Nodes]\nexclude-internal-network-subnet-cidr = x\n",
                 "exclude-internal-network-subnet-cidr = \"x\": \"x\" is not a CIDR",
             ),
-            (b"[Global\n", "neither YAML nor INI"),
+            (b"[Global\n", "line 1"),
+            (
+                b"global:\n  user: [a, b]\n",
+                "global: user: must be a single value",
+            ),
+            (
+                b"global:\n  password:\n    nested: x\n",
+                "global: password: must be a single value",
+            ),
+            (b"labels: zone\n", "labels: must be a mapping"),
+            (b"global:\n  user: a\n bad: - x\n", "not valid YAML"),
+            (b"just a sentence\n", "neither a YAML mapping nor an INI file"),
+            (b"[Global]\nuser\n", "[Global] (line 2) user: needs a value"),
+            (b"[Labels]\nzone\n", "[Labels] (line 2) zone: needs a value"),
         ];
         for (input, expected) in cases {
             let e = VsphereConfig::parse(Some(input))
@@ -901,6 +1038,34 @@ mod tests {
                 .0
                 .contains("no vCenter configured")
         );
+    }
+
+    #[test]
+    fn unknown_sections_and_keys_warn_and_same_named_vcenters_merge() {
+        let c = VsphereConfig::parse(Some(
+            b"\xef\xbb\xbf[Global]\nuser = u\npassword = p\ninsecure-flag\nfuture-key = 1\n\
+              [VirtualCenter \"vc1\"]\ndatacenters = DC0\n[Future]\nx = 1\n[Empty]\n\
+              [VirtualCenter \"vc1\"]\nport = 8443\nfuture = 2\n[Labels]\nzone = z\nregion = r\nother = o\n",
+        ))
+        .unwrap()
+        .apply_env(no_env)
+        .unwrap();
+        let vc = &c.vcenters["vc1"];
+        assert_eq!((vc.port, vc.insecure), (8443, true), "bare insecure-flag is true");
+        assert_eq!(
+            vc.datacenters,
+            vec!["DC0"],
+            "the second [VirtualCenter \"vc1\"] merged"
+        );
+        assert_eq!((c.zone_category.as_str(), c.region_category.as_str()), ("z", "r"));
+        let y = VsphereConfig::parse(Some(
+            b"global:\n  server: vc\n  futureKey: 1\n  port: 8443\nlabels:\n  zone: z\n  region: r\n  other: o\nfutureSection:\n  a: 1\n",
+        ))
+        .unwrap()
+        .apply_env(no_env)
+        .unwrap();
+        assert_eq!(y.vcenters["vc"].port, 8443);
+        assert_eq!(y.zone_category, "z");
     }
 
     #[test]
