@@ -58,6 +58,10 @@ pub trait CloudProvider: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Called once on graceful shutdown, after the controllers stopped: close cloud sessions
+    /// (the default does nothing). Bounded by the caller (5 s).
+    async fn shutdown(&self) {}
+
     /// Registers the provider's own metrics (e.g. per-API-call counters). Called once at start
     /// so that `/metrics` shows them from the beginning. The default registers nothing.
     fn register_metrics(&self, _metrics: &Metrics) {}

@@ -57,6 +57,9 @@ pub mod events {
     pub const DELETING_NODE: &str = "DeletingNode";
     /// Node deletion failed (Warning).
     pub const DELETING_NODE_FAILED: &str = "DeletingNodeFailed";
+    /// A Node that is not Ready is kept because the cloud could not tell whether its instance
+    /// exists (Warning; not part of upstream, which only logs).
+    pub const INSTANCE_EXISTENCE_UNKNOWN: &str = "InstanceExistenceUnknown";
     /// Route creation failed (Warning, on the Node).
     pub const FAILED_TO_CREATE_ROUTE: &str = "FailedToCreateRoute";
     /// Service controller: about to ensure the LB (Normal).

@@ -2,7 +2,9 @@
 //! Automation REST tagging API ([`rest`]), on reqwest with rustls.
 //!
 //! - One long-lived SOAP session and one REST session per client, re-created only when vCenter
-//!   says they expired (`NotAuthenticated` / HTTP 401).
+//!   says they expired (`NotAuthenticated` / HTTP 401); concurrent callers share one re-login.
+//! - Credentials come from a [`CredentialSource`] asked at every login (rotation without a
+//!   restart); rejected credentials are not retried for minutes ([`login`]).
 //! - TLS verification is on by default; a CA bundle, a pinned thumbprint, or an explicit
 //!   insecure flag change it ([`tls::TlsOptions`]).
 //! - SOAP faults are typed ([`SoapFault::kind`] is the fault type, e.g. `NotAuthenticated`,
@@ -12,11 +14,13 @@
 //! Only the operations a cloud provider needs are bound (see [`soap`]); the XML layer
 //! ([`xml`]) is small and reads any namespace prefix.
 
+pub mod login;
 pub mod rest;
 pub mod soap;
 pub mod tls;
 pub mod xml;
 
+pub use login::CredentialSource;
 pub use soap::{Client, Credentials, GuestNicInfo, MoRef, PropertySet, ServiceContent};
 
 /// A password or token: its `Debug` and `Display` never show the value.
@@ -96,6 +100,19 @@ pub enum Error {
     /// Bad client settings (TLS files, thumbprint format).
     #[error("{0}")]
     Config(String),
+    /// A login is not attempted while the back-off after a failed one runs.
+    #[error("not logging in to {url} again for {retry_in_secs} s after a failed login: {last}")]
+    LoginBackoff {
+        /// The endpoint.
+        url: String,
+        /// Seconds until the next attempt.
+        retry_in_secs: u64,
+        /// Why the last login failed.
+        last: String,
+    },
+    /// The credential source failed (e.g. the Secret could not be read).
+    #[error("credentials: {0}")]
+    Credentials(String),
 }
 
 impl Error {

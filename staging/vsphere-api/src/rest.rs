@@ -3,16 +3,20 @@
 //! vCenter answers 401 (expired). The newer `/api` paths (vSphere 7.0U2+) are tried first; a
 //! 404 switches the client to the `/rest` paths for good (vcsim, older vCenters).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::{
+    sync::atomic::{AtomicU64, Ordering},
+    time::Instant,
+};
 
 use parking_lot::Mutex;
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::{
     Error, MoRef,
+    login::{CredentialSource, LoginGate},
     soap::Credentials,
     tls::{TlsOptions, http_client},
 };
@@ -47,25 +51,29 @@ enum Flavour {
 pub struct RestClient {
     base: String,
     http: reqwest::Client,
-    credentials: Credentials,
+    credentials: CredentialSource,
     session: Mutex<Option<String>>,
     flavour: Mutex<Option<Flavour>>,
     logins: AtomicU64,
-    login_lock: tokio::sync::Mutex<()>,
+    gate: tokio::sync::Mutex<LoginGate>,
 }
 
 impl std::fmt::Debug for RestClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RestClient")
             .field("base", &self.base)
-            .field("credentials", &self.credentials)
             .finish_non_exhaustive()
     }
 }
 
 impl RestClient {
     /// A client for `https://<server>:<port>`.
-    pub fn new(server: &str, port: u16, tls: &TlsOptions, credentials: Credentials) -> Result<Self, Error> {
+    pub fn new(
+        server: &str,
+        port: u16,
+        tls: &TlsOptions,
+        credentials: impl Into<CredentialSource>,
+    ) -> Result<Self, Error> {
         let host = if server.contains(':') && !server.starts_with('[') {
             format!("[{server}]")
         } else {
@@ -74,11 +82,11 @@ impl RestClient {
         Ok(Self {
             base: format!("https://{host}:{port}"),
             http: http_client(tls, std::time::Duration::from_secs(30))?,
-            credentials,
+            credentials: credentials.into(),
             session: Mutex::new(None),
             flavour: Mutex::new(None),
             logins: AtomicU64::new(0),
-            login_lock: tokio::sync::Mutex::new(()),
+            gate: tokio::sync::Mutex::new(LoginGate::default()),
         })
     }
 
@@ -87,12 +95,38 @@ impl RestClient {
         self.logins.load(Ordering::SeqCst)
     }
 
-    async fn create_session(&self) -> Result<String, Error> {
-        let _guard = self.login_lock.lock().await;
+    /// A session: the current one unless it is `stale` (the one a caller saw rejected), else a
+    /// new one (concurrent callers share it; the login back-off applies).
+    async fn create_session(&self, stale: Option<&str>) -> Result<String, Error> {
+        let mut gate = self.gate.lock().await;
         let existing = self.session.lock().clone();
-        if let Some(s) = existing {
+        if let Some(s) = existing
+            && Some(s.as_str()) != stale
+        {
             return Ok(s);
         }
+        *self.session.lock() = None;
+        let credentials = self.credentials.get(gate.last_rejected()).await?;
+        gate.check(&self.base, &credentials, Instant::now())?;
+        let result = self.login(&credentials).await;
+        match &result {
+            Ok(_) => gate.succeeded(),
+            Err(e) => {
+                let rejected = matches!(
+                    e,
+                    Error::Status {
+                        status: 401 | 403,
+                        ..
+                    }
+                );
+                warn!(base = %self.base, user = %credentials.username, error = %e, "vSphere REST login failed");
+                gate.failed(&credentials, rejected, e, Instant::now());
+            }
+        }
+        result
+    }
+
+    async fn login(&self, credentials: &Credentials) -> Result<String, Error> {
         let known = *self.flavour.lock();
         let flavours: Vec<Flavour> = match known {
             Some(f) => vec![f],
@@ -107,10 +141,7 @@ impl RestClient {
             let resp = self
                 .http
                 .post(format!("{}{path}", self.base))
-                .basic_auth(
-                    &self.credentials.username,
-                    Some(self.credentials.password.expose()),
-                )
+                .basic_auth(&credentials.username, Some(credentials.password.expose()))
                 .send()
                 .await
                 .map_err(|e| Error::Connect {
@@ -140,7 +171,7 @@ impl RestClient {
                 .to_string();
             *self.flavour.lock() = Some(f);
             *self.session.lock() = Some(id.clone());
-            info!(base = %self.base, user = %self.credentials.username, flavour = ?f, "created vSphere REST session");
+            info!(base = %self.base, user = %credentials.username, flavour = ?f, "created vSphere REST session");
             return Ok(id);
         }
         Err(Error::Response("no REST session endpoint answered".into()))
@@ -153,11 +184,12 @@ impl RestClient {
         rest_path: &str,
         body: Option<Value>,
     ) -> Result<Value, Error> {
+        let mut stale: Option<String> = None;
         for attempt in 0..2 {
-            let existing = self.session.lock().clone();
+            let existing = self.session.lock().clone().filter(|s| Some(s) != stale.as_ref());
             let session = match existing {
                 Some(s) => s,
-                None => self.create_session().await?,
+                None => self.create_session(stale.as_deref()).await?,
             };
             let flavour = self.flavour.lock().unwrap_or(Flavour::Rest);
             let path = if flavour == Flavour::Api {
@@ -179,7 +211,7 @@ impl RestClient {
             })?;
             if resp.status() == StatusCode::UNAUTHORIZED && attempt == 0 {
                 debug!(base = %self.base, "REST session expired; creating a new one");
-                *self.session.lock() = None;
+                stale = Some(session);
                 continue;
             }
             if !resp.status().is_success() {
@@ -258,6 +290,7 @@ impl RestClient {
 
     /// Deletes the session (errors ignored).
     pub async fn logout(&self) {
+        self.gate.lock().await.logged_out();
         let taken = self.session.lock().take();
         let Some(session) = taken else { return };
         let path = match self.flavour.lock().unwrap_or(Flavour::Rest) {

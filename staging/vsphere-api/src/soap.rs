@@ -10,14 +10,15 @@
 use std::{
     collections::BTreeMap,
     sync::atomic::{AtomicU64, Ordering},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use tokio::sync::{Mutex, OnceCell};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::{
     Error, Secret, SoapFault,
+    login::{CredentialSource, LoginGate},
     tls::{TlsOptions, http_client},
     xml::{self, Element, escape},
 };
@@ -161,9 +162,9 @@ impl std::fmt::Debug for Credentials {
 pub struct Client {
     sdk_url: String,
     http: reqwest::Client,
-    credentials: Credentials,
+    credentials: CredentialSource,
     content: OnceCell<ServiceContent>,
-    session: Mutex<bool>,
+    session: Mutex<LoginGate>,
     logins: AtomicU64,
     calls: AtomicU64,
     retries: u32,
@@ -173,7 +174,6 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("sdk_url", &self.sdk_url)
-            .field("credentials", &self.credentials)
             .finish_non_exhaustive()
     }
 }
@@ -189,7 +189,12 @@ const SOAP_ACTION: &str = "\"urn:vim25/6.5\"";
 
 impl Client {
     /// A client for `https://<server>:<port>/sdk`.
-    pub fn new(server: &str, port: u16, tls: &TlsOptions, credentials: Credentials) -> Result<Self, Error> {
+    pub fn new(
+        server: &str,
+        port: u16,
+        tls: &TlsOptions,
+        credentials: impl Into<CredentialSource>,
+    ) -> Result<Self, Error> {
         let host = if server.contains(':') && !server.starts_with('[') {
             format!("[{server}]")
         } else {
@@ -198,9 +203,9 @@ impl Client {
         Ok(Self {
             sdk_url: format!("https://{host}:{port}/sdk"),
             http: http_client(tls, Duration::from_secs(60))?,
-            credentials,
+            credentials: credentials.into(),
             content: OnceCell::new(),
-            session: Mutex::new(false),
+            session: Mutex::new(LoginGate::default()),
             logins: AtomicU64::new(0),
             calls: AtomicU64::new(0),
             retries: 2,
@@ -329,17 +334,17 @@ impl Client {
             .await
     }
 
-    /// `SessionManager.Login` with the configured credentials (a new session even if one
-    /// exists).
+    /// `SessionManager.Login` with the source's current credentials (a new session even if
+    /// one exists; the login back-off applies).
     pub async fn login(&self) -> Result<(), Error> {
-        *self.session.lock().await = false;
-        self.login_once().await
+        self.session.lock().await.logged_out();
+        self.ensure_session(None).await.map(|_| ())
     }
 
     /// `SessionManager.Logout` (errors ignored).
     pub async fn logout(&self) {
-        let mut s = self.session.lock().await;
-        if !*s {
+        let mut g = self.session.lock().await;
+        if !g.active {
             return;
         }
         if let Ok(sc) = self.service_content().await {
@@ -350,7 +355,7 @@ impl Client {
                 ))
                 .await;
         }
-        *s = false;
+        g.logged_out();
     }
 
     /// `SessionManager.SessionIsActive`-equivalent: whether a cheap authenticated call works.
@@ -367,41 +372,51 @@ impl Client {
     }
 
     /// Sends a call that needs a session, logging in first if needed and once more when the
-    /// session has expired (`NotAuthenticated`).
+    /// session has expired (`NotAuthenticated`); concurrent callers share that re-login.
     async fn call(&self, body: &str) -> Result<Element, Error> {
-        let logged_in = *self.session.lock().await;
-        if !logged_in {
-            self.login_once().await?;
-        }
+        let generation = self.ensure_session(None).await?;
         match self.post(body).await {
             Err(Error::Fault(f)) if f.kind == "NotAuthenticated" => {
                 debug!(url = %self.sdk_url, "vCenter session expired; logging in again");
-                *self.session.lock().await = false;
-                self.login_once().await?;
+                self.ensure_session(Some(generation)).await?;
                 self.post(body).await
             }
             other => other,
         }
     }
 
-    /// Logs in unless another task did so meanwhile.
-    async fn login_once(&self) -> Result<(), Error> {
+    /// Logs in unless a session is active that is not the `stale` one (another task logged in
+    /// meanwhile); returns the session generation. Rejected credentials are not sent again
+    /// before their back-off ends ([`LoginGate`]).
+    async fn ensure_session(&self, stale: Option<u64>) -> Result<u64, Error> {
         let sc = self.service_content().await?;
-        let mut s = self.session.lock().await;
-        if *s {
-            return Ok(());
+        let mut g = self.session.lock().await;
+        if !g.needs_login(stale) {
+            return Ok(g.generation);
         }
+        g.logged_out();
+        let credentials = self.credentials.get(g.last_rejected()).await?;
+        g.check(&self.sdk_url, &credentials, Instant::now())?;
         let body = format!(
             "<Login xmlns=\"urn:vim25\">{}<userName>{}</userName><password>{}</password></Login>",
             sc.session_manager.to_xml("_this"),
-            escape(&self.credentials.username),
-            escape(self.credentials.password.expose())
+            escape(&credentials.username),
+            escape(credentials.password.expose())
         );
         self.logins.fetch_add(1, Ordering::SeqCst);
-        self.post(&body).await?;
-        info!(url = %self.sdk_url, user = %self.credentials.username, "logged in to vCenter");
-        *s = true;
-        Ok(())
+        match self.post(&body).await {
+            Ok(_) => {
+                g.succeeded();
+                info!(url = %self.sdk_url, user = %credentials.username, "logged in to vCenter");
+                Ok(g.generation)
+            }
+            Err(e) => {
+                let rejected = e.is_fault("InvalidLogin") || e.is_fault("NoPermission");
+                warn!(url = %self.sdk_url, user = %credentials.username, error = %e, "vCenter login failed");
+                g.failed(&credentials, rejected, &e, Instant::now());
+                Err(e)
+            }
+        }
     }
 
     fn search_body(

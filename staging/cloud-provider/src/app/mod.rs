@@ -487,6 +487,13 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
     let stop = Instant::now();
     let handles: Vec<_> = std::mem::take(&mut *running.handles.lock());
     let _ = tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(handles)).await;
+    // The provider closes its cloud sessions (vSphere logs out); bounded like the rest.
+    if tokio::time::timeout(Duration::from_secs(5), cloud.shutdown())
+        .await
+        .is_err()
+    {
+        warn!("the cloud provider did not shut down within 5 s");
+    }
     if !running.events.flush(Duration::from_secs(5)).await {
         warn!("some events could not be written before shutdown");
     }

@@ -89,6 +89,10 @@ pub struct CloudControllerMetrics {
     pub cloud_calls: IntCounterVec,
     /// `cloudprovider_api_call_duration_seconds{operation}`.
     pub cloud_call_duration: HistogramVec,
+    /// `node_lifecycle_instance_existence_unknown_total`: times the node-lifecycle controller
+    /// kept a Node because the cloud could not tell whether its instance exists (not part of
+    /// upstream, which only logs).
+    pub existence_unknown_total: IntCounter,
 }
 
 impl CloudControllerMetrics {
@@ -150,7 +154,12 @@ impl CloudControllerMetrics {
                 &["operation"],
             )
             .expect("valid metric"),
+            existence_unknown_total: c(
+                "node_lifecycle_instance_existence_unknown_total",
+                "Times a Node that is not Ready was kept because the cloud provider could not tell whether its instance exists.",
+            ),
         };
+        metrics.register(Box::new(m.existence_unknown_total.clone()));
         metrics.register(Box::new(m.taint_removal_delay.clone()));
         metrics.register(Box::new(m.initial_node_sync_delay.clone()));
         metrics.register(Box::new(m.loadbalancer_sync_total.clone()));

@@ -4,8 +4,10 @@
 //! and whether it is shut down (then it adds the `node.cloudprovider.kubernetes.io/shutdown`
 //! taint). Ready Nodes lose that taint and are never checked against the cloud.
 //!
-//! A cloud error never deletes a Node: it is logged and the Node is skipped until the next
-//! period.
+//! A cloud error never deletes a Node: it is logged, counted
+//! (`node_lifecycle_instance_existence_unknown_total`), recorded as a Warning event
+//! `InstanceExistenceUnknown` on the Node (both additions to upstream, which only logs), and
+//! the Node is skipped until the next period.
 
 use std::{sync::Arc, time::Instant};
 
@@ -103,6 +105,13 @@ impl CloudNodeLifecycleController {
             Ok(exists) => exists,
             Err(e) => {
                 warn!(node = name, error = %e, "error checking if node {name} exists: {e}");
+                self.ctx.cloud_metrics.existence_unknown_total.inc();
+                self.recorder.event(
+                    &node_reference(node),
+                    EventType::Warning,
+                    events::INSTANCE_EXISTENCE_UNKNOWN,
+                    format!("Keeping node {name}: the cloud provider could not tell whether its instance exists: {e}"),
+                );
                 return;
             }
         };

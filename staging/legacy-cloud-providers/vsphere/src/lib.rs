@@ -36,7 +36,7 @@ use parking_lot::Mutex;
 use tokio::sync::OnceCell;
 use tracing::debug;
 use vsphere_api::{
-    Credentials, Error as ApiError, MoRef, PropertySet, Secret,
+    CredentialSource, Credentials, Error as ApiError, MoRef, PropertySet, Secret,
     rest::RestClient,
     soap::{Client, GuestNicInfo},
     tls::TlsOptions,
@@ -66,21 +66,28 @@ pub fn uuid_from_provider_id(value: &str) -> Result<String, String> {
         format!("spec.providerID {value:?} is not a vSphere provider ID (vsphere://<uuid>)")
     })?;
     let uuid = rest.trim().to_ascii_lowercase();
-    if uuid.len() != 36
-        || uuid.chars().filter(|c| *c == '-').count() != 4
-        || !uuid.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
-    {
+    if !is_uuid(&uuid) {
         return Err(format!("spec.providerID {value:?}: {uuid:?} is not a UUID"));
     }
     Ok(uuid)
 }
 
+/// Whether `s` is a UUID in its 8-4-4-4-12 hexadecimal form (ASCII only).
+pub fn is_uuid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, len)| g.len() == len && g.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// Swaps the byte order of the first three UUID groups (SMBIOS vs vCenter order, VS-02).
 pub fn swap_uuid_byte_order(uuid: &str) -> Option<String> {
-    let parts: Vec<&str> = uuid.split('-').collect();
-    if parts.len() != 5 || parts[0].len() != 8 || parts[1].len() != 4 || parts[2].len() != 4 {
+    if !is_uuid(uuid) {
         return None;
     }
+    let parts: Vec<&str> = uuid.split('-').collect();
     let swap = |s: &str| -> String {
         let bytes: Vec<&str> = (0..s.len()).step_by(2).map(|i| &s[i..i + 2]).collect();
         bytes.into_iter().rev().collect()
@@ -221,11 +228,19 @@ struct VmRef {
     vm: MoRef,
 }
 
+/// The outcome of a complete search.
+#[derive(Debug)]
+enum Lookup {
+    Found(VmRef),
+    /// Every configured vCenter and datacenter answered, and none knows the VM.
+    Gone,
+}
+
 /// The vSphere cloud.
 pub struct VsphereCloud {
     config: VsphereConfig,
     vcenters: Arc<Vec<VCenter>>,
-    kube: Mutex<Option<kube::Client>>,
+    kube: Arc<Mutex<Option<kube::Client>>>,
     seen: Mutex<HashMap<String, VmRef>>,
     tags: Mutex<HashMap<String, (String, String)>>,
     categories: Mutex<HashMap<String, String>>,
@@ -263,7 +278,7 @@ impl VsphereCloud {
         Self {
             config,
             vcenters,
-            kube: Mutex::new(None),
+            kube: Arc::new(Mutex::new(None)),
             seen: Mutex::new(HashMap::new()),
             tags: Mutex::new(HashMap::new()),
             categories: Mutex::new(HashMap::new()),
@@ -275,68 +290,31 @@ impl VsphereCloud {
         logins(&self.vcenters)
     }
 
-    async fn credentials(&self, vc: &VCenterConfig) -> CloudResult<Credentials> {
-        if !vc.user.is_empty() && !vc.password.is_empty() {
-            return Ok(Credentials {
-                username: vc.user.clone(),
-                password: vc.password.clone(),
-            });
-        }
-        let pick = |m: BTreeMap<String, (String, Secret)>| m.get(&vc.server).cloned();
-        if !self.config.secrets_directory.is_empty() {
-            let m = config::credentials_from_directory(std::path::Path::new(&self.config.secrets_directory))
-                .map_err(|e| CloudError::msg(e.to_string()))?;
-            if let Some((u, p)) = pick(m) {
-                return Ok(Credentials {
-                    username: u,
-                    password: p,
-                });
-            }
-        }
-        if !vc.secret_name.is_empty() {
-            let client =
-                self.kube.lock().clone().ok_or_else(|| {
-                    CloudError::msg("the credentials Secret can be read only after Initialize")
-                })?;
-            let ns = if vc.secret_namespace.is_empty() {
-                "kube-system"
-            } else {
-                vc.secret_namespace.as_str()
-            };
-            let api: kube::Api<KubeSecret> = kube::Api::namespaced(client, ns);
-            let secret = api.get(&vc.secret_name).await.map_err(|e| {
-                CloudError::wrap(format!("reading credentials Secret {ns}/{}", vc.secret_name), e)
-            })?;
-            let data: BTreeMap<String, Vec<u8>> = secret
-                .data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.0))
-                .collect();
-            let m = config::credentials_from_secret(&data)
-                .map_err(|e| CloudError::msg(format!("Secret {ns}/{}: {e}", vc.secret_name)))?;
-            if let Some((u, p)) = pick(m) {
-                return Ok(Credentials {
-                    username: u,
-                    password: p,
-                });
-            }
-            return Err(CloudError::msg(format!(
-                "Secret {ns}/{} has no credentials for vCenter {}",
-                vc.secret_name, vc.server
-            )));
-        }
-        Err(CloudError::msg(format!(
-            "no credentials for vCenter {}: set user/password, secretName or secretsDirectory",
-            vc.server
-        )))
+    /// The credential source of one vCenter, asked at every login: the config file's
+    /// user/password, then the secrets directory (`secretsDirectory`, else
+    /// `/etc/cloud/secrets` when it exists, as upstream), then the Secret. Files and the
+    /// Secret are read anew at each login, so rotated credentials are used without a restart;
+    /// after vCenter rejected the config file's credentials, they are skipped (VS-23).
+    fn credential_source(&self, vc: &VCenterConfig) -> CredentialSource {
+        let vc = vc.clone();
+        let configured_dir = self.config.secrets_directory.clone();
+        let kube = self.kube.clone();
+        CredentialSource::new(move |previous_rejected| {
+            let vc = vc.clone();
+            let configured_dir = configured_dir.clone();
+            let kube = kube.lock().clone();
+            Box::pin(async move {
+                read_credentials(&vc, &configured_dir, kube, previous_rejected)
+                    .await
+                    .map_err(|e| vsphere_api::Error::Credentials(e.to_string()))
+            })
+        })
     }
 
     async fn clients(&self, i: usize) -> CloudResult<&(Arc<Client>, Arc<RestClient>)> {
         let vc = &self.vcenters[i];
         vc.clients
             .get_or_try_init(|| async {
-                let creds = self.credentials(&vc.config).await?;
                 let ca_pem = if vc.config.ca_file.is_empty() {
                     None
                 } else {
@@ -350,16 +328,19 @@ impl VsphereCloud {
                     ca_pem,
                     thumbprint: (!vc.config.thumbprint.is_empty()).then(|| vc.config.thumbprint.clone()),
                 };
-                let soap = Client::new(&vc.config.server, vc.config.port, &tls, creds.clone())
+                let source = self.credential_source(&vc.config);
+                let soap = Client::new(&vc.config.server, vc.config.port, &tls, source.clone())
                     .map_err(|e| api_err(format!("vCenter {}", vc.label), e))?
                     .with_retries(vc.config.soap_roundtrip_count.saturating_sub(1));
-                let rest = RestClient::new(&vc.config.server, vc.config.port, &tls, creds)
+                let rest = RestClient::new(&vc.config.server, vc.config.port, &tls, source)
                     .map_err(|e| api_err(format!("vCenter {}", vc.label), e))?;
                 Ok((Arc::new(soap), Arc::new(rest)))
             })
             .await
     }
 
+    /// The datacenters to search in vCenter `i`. An account that sees no datacenter cannot
+    /// prove that a VM is gone: that is an error, never an empty search.
     async fn datacenters(&self, i: usize) -> CloudResult<&Vec<MoRef>> {
         let vc = &self.vcenters[i];
         let (soap, _) = self.clients(i).await?;
@@ -369,20 +350,29 @@ impl VsphereCloud {
                     .list_objects("Datacenter", &["name"])
                     .await
                     .map_err(|e| api_err(format!("listing datacenters of {}", vc.label), e))?;
+                if all.is_empty() {
+                    return Err(CloudError::msg(format!(
+                        "vCenter {}: the account sees no datacenter, so no VM can be looked up (check its permissions)",
+                        vc.label
+                    )));
+                }
                 if vc.config.datacenters.is_empty() {
                     return Ok(all.into_iter().map(|(m, _)| m).collect());
                 }
+                let paths = datacenter_paths(soap, &all).await;
                 let mut out = Vec::new();
                 for wanted in &vc.config.datacenters {
+                    let wanted_path = wanted.trim_matches('/');
                     let found = all.iter().find(|(m, p)| {
-                        p.string("name").as_deref() == Some(wanted.rsplit('/').next().unwrap_or(wanted))
-                            || m.value == *wanted
+                        m.value == *wanted
+                            || paths.get(&m.value).is_some_and(|path| path == wanted_path)
+                            || (!wanted_path.contains('/') && p.string("name").as_deref() == Some(wanted_path))
                     });
                     match found {
                         Some((m, _)) => out.push(m.clone()),
                         None => {
                             return Err(CloudError::msg(format!(
-                                "vCenter {}: datacenter {wanted:?} not found",
+                                "vCenter {}: datacenter {wanted:?} not found (names, inventory paths and managed object IDs are accepted)",
                                 vc.label
                             )));
                         }
@@ -393,83 +383,138 @@ impl VsphereCloud {
             .await
     }
 
-    /// Finds the VM of a node: `Ok(None)` when every configured datacenter says it does not
-    /// exist.
-    async fn find_vm(&self, node: &Node) -> CloudResult<Option<VmRef>> {
-        let name = node_name(node);
+    /// The UUIDs to look a node up by: its providerID's, or its `systemUUID` in both byte
+    /// orders (VS-02). A malformed providerID or `systemUUID` is an error: a search for
+    /// garbage finding nothing proves nothing.
+    fn node_uuids(node: &Node) -> CloudResult<Vec<String>> {
         let pid = provider_id(node);
-        let mut uuids = Vec::new();
         if !pid.is_empty() {
-            uuids.push(uuid_from_provider_id(pid).map_err(CloudError::msg)?);
-        } else if let Some(sys) = node
+            return Ok(vec![uuid_from_provider_id(pid).map_err(CloudError::msg)?]);
+        }
+        let sys = node
             .status
             .as_ref()
             .and_then(|s| s.node_info.as_ref())
-            .map(|i| i.system_uuid.to_ascii_lowercase())
-            .filter(|s| !s.is_empty())
-        {
-            if let Some(swapped) = swap_uuid_byte_order(&sys) {
-                uuids.push(swapped);
-            }
-            uuids.push(sys);
+            .map(|i| i.system_uuid.trim().to_ascii_lowercase())
+            .unwrap_or_default();
+        if sys.is_empty() {
+            return Ok(Vec::new());
         }
-        for i in 0..self.vcenters.len() {
-            let (soap, _) = self.clients(i).await?;
-            for dc in self.datacenters(i).await? {
-                for uuid in &uuids {
-                    if let Some(vm) = soap
-                        .find_by_uuid(Some(dc), uuid, false)
-                        .await
-                        .map_err(|e| api_err(format!("FindByUuid {uuid}"), e))?
-                    {
-                        return Ok(Some(VmRef { vcenter: i, vm }));
-                    }
+        match swap_uuid_byte_order(&sys) {
+            Some(swapped) => Ok(vec![swapped, sys]),
+            None => Err(CloudError::msg(format!(
+                "node {}: status.nodeInfo.systemUUID {sys:?} is not a UUID",
+                node_name(node)
+            ))),
+        }
+    }
+
+    /// Finds the VM of a node in every vCenter and datacenter. [`Lookup::Gone`] only when the
+    /// search covered every configured vCenter and datacenter without an error; a vCenter
+    /// that fails does not stop the search in the others, but then "not found" is an error.
+    async fn find_vm(&self, node: &Node) -> CloudResult<Lookup> {
+        let name = node_name(node);
+        let uuids = Self::node_uuids(node)?;
+        let mut failures: Vec<String> = Vec::new();
+        if !uuids.is_empty() {
+            for i in 0..self.vcenters.len() {
+                match self.find_by_uuids(i, &uuids).await {
+                    Ok(Some(vm)) => return Ok(Lookup::Found(VmRef { vcenter: i, vm })),
+                    Ok(None) => {}
+                    Err(e) => failures.push(format!("vCenter {}: {e}", self.vcenters[i].label)),
                 }
             }
-        }
-        if !uuids.is_empty() {
-            return Ok(None);
+            return Self::not_found(name, failures);
         }
         // By guest host name, then by IP (the node name used as one).
         let mut by_name = Vec::new();
         for i in 0..self.vcenters.len() {
-            let (soap, _) = self.clients(i).await?;
-            for dc in self.datacenters(i).await? {
-                for vm in soap
-                    .find_all_by_dns_name(Some(dc), name)
-                    .await
-                    .map_err(|e| api_err(format!("FindAllByDnsName {name}"), e))?
-                {
-                    by_name.push(VmRef { vcenter: i, vm });
-                }
+            match self.find_by_dns_name(i, name).await {
+                Ok(vms) => by_name.extend(vms.into_iter().map(|vm| VmRef { vcenter: i, vm })),
+                Err(e) => failures.push(format!("vCenter {}: {e}", self.vcenters[i].label)),
             }
         }
         match by_name.len() {
-            1 => return Ok(by_name.pop()),
+            // A second VM with this name could be in a vCenter that did not answer.
+            1 if failures.is_empty() => return Ok(Lookup::Found(by_name.remove(0))),
             0 => {}
             n => {
                 return Err(CloudError::msg(format!(
-                    "node {name}: {n} VMs report this guest host name ({}); set the node's providerID or make host names unique",
+                    "node {name}: {n} VMs report this guest host name ({}){}; set the node's providerID or make host names unique",
                     by_name
                         .iter()
                         .map(|v| v.vm.to_string())
                         .collect::<Vec<_>>()
-                        .join(", ")
+                        .join(", "),
+                    if failures.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" and other vCenters did not answer: {}", failures.join("; "))
+                    }
                 )));
             }
         }
         if name.parse::<IpAddr>().is_ok() {
             for i in 0..self.vcenters.len() {
-                let (soap, _) = self.clients(i).await?;
-                for dc in self.datacenters(i).await? {
-                    if let Some(vm) = soap
-                        .find_by_ip(Some(dc), name)
-                        .await
-                        .map_err(|e| api_err(format!("FindByIp {name}"), e))?
-                    {
-                        return Ok(Some(VmRef { vcenter: i, vm }));
-                    }
+                match self.find_by_ip(i, name).await {
+                    Ok(Some(vm)) => return Ok(Lookup::Found(VmRef { vcenter: i, vm })),
+                    Ok(None) => {}
+                    Err(e) => failures.push(format!("vCenter {}: {e}", self.vcenters[i].label)),
                 }
+            }
+        }
+        Self::not_found(name, failures)
+    }
+
+    fn not_found(name: &str, failures: Vec<String>) -> CloudResult<Lookup> {
+        if failures.is_empty() {
+            Ok(Lookup::Gone)
+        } else {
+            Err(CloudError::msg(format!(
+                "node {name}: VM not found, and the search was incomplete, so it may still exist: {}",
+                failures.join("; ")
+            )))
+        }
+    }
+
+    async fn find_by_uuids(&self, i: usize, uuids: &[String]) -> CloudResult<Option<MoRef>> {
+        let (soap, _) = self.clients(i).await?;
+        for dc in self.datacenters(i).await? {
+            for uuid in uuids {
+                if let Some(vm) = soap
+                    .find_by_uuid(Some(dc), uuid, false)
+                    .await
+                    .map_err(|e| api_err(format!("FindByUuid {uuid}"), e))?
+                {
+                    return Ok(Some(vm));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    async fn find_by_dns_name(&self, i: usize, name: &str) -> CloudResult<Vec<MoRef>> {
+        let (soap, _) = self.clients(i).await?;
+        let mut out = Vec::new();
+        for dc in self.datacenters(i).await? {
+            out.extend(
+                soap.find_all_by_dns_name(Some(dc), name)
+                    .await
+                    .map_err(|e| api_err(format!("FindAllByDnsName {name}"), e))?,
+            );
+        }
+        Ok(out)
+    }
+
+    async fn find_by_ip(&self, i: usize, ip: &str) -> CloudResult<Option<MoRef>> {
+        let (soap, _) = self.clients(i).await?;
+        for dc in self.datacenters(i).await? {
+            if let Some(vm) = soap
+                .find_by_ip(Some(dc), ip)
+                .await
+                .map_err(|e| api_err(format!("FindByIp {ip}"), e))?
+            {
+                return Ok(Some(vm));
             }
         }
         Ok(None)
@@ -483,10 +528,16 @@ impl VsphereCloud {
     }
 
     async fn found(&self, node: &Node) -> CloudResult<Option<(VmRef, PropertySet)>> {
-        let Some(r) = self.find_vm(node).await? else {
+        let Lookup::Found(r) = self.find_vm(node).await? else {
             return Ok(None);
         };
         let props = self.vm_properties(&r).await?;
+        if !props.has("summary.config.uuid") {
+            return Err(CloudError::msg(format!(
+                "{}: vCenter returned no properties for the VM (not visible to this account?)",
+                r.vm
+            )));
+        }
         self.seen.lock().insert(node_name(node).to_string(), r.clone());
         Ok(Some((r, props)))
     }
@@ -583,6 +634,111 @@ impl VsphereCloud {
     }
 }
 
+/// Upstream's default secrets directory, used when none is configured and it exists.
+pub const DEFAULT_SECRETS_DIRECTORY: &str = "/etc/cloud/secrets";
+
+/// Reads the credentials of one vCenter (see [`VsphereCloud::credential_source`]).
+async fn read_credentials(
+    vc: &VCenterConfig,
+    configured_dir: &str,
+    kube: Option<kube::Client>,
+    previous_rejected: bool,
+) -> CloudResult<Credentials> {
+    let has_other_source = !vc.secret_name.is_empty()
+        || !configured_dir.is_empty()
+        || std::path::Path::new(DEFAULT_SECRETS_DIRECTORY).is_dir();
+    if !vc.user.is_empty() && !vc.password.is_empty() && !(previous_rejected && has_other_source) {
+        return Ok(Credentials {
+            username: vc.user.clone(),
+            password: vc.password.clone(),
+        });
+    }
+    let pick = |m: BTreeMap<String, (String, Secret)>| m.get(&vc.server).cloned();
+    let dir = if !configured_dir.is_empty() {
+        Some(configured_dir.to_string())
+    } else {
+        std::path::Path::new(DEFAULT_SECRETS_DIRECTORY)
+            .is_dir()
+            .then(|| DEFAULT_SECRETS_DIRECTORY.to_string())
+    };
+    if let Some(dir) = dir {
+        let m = config::credentials_from_directory(std::path::Path::new(&dir))
+            .map_err(|e| CloudError::msg(e.to_string()))?;
+        if let Some((u, p)) = pick(m) {
+            return Ok(Credentials {
+                username: u,
+                password: p,
+            });
+        }
+    }
+    if !vc.secret_name.is_empty() {
+        let client =
+            kube.ok_or_else(|| CloudError::msg("the credentials Secret can be read only after Initialize"))?;
+        let ns = if vc.secret_namespace.is_empty() {
+            "kube-system"
+        } else {
+            vc.secret_namespace.as_str()
+        };
+        let api: kube::Api<KubeSecret> = kube::Api::namespaced(client, ns);
+        let secret = api.get(&vc.secret_name).await.map_err(|e| {
+            CloudError::wrap(format!("reading credentials Secret {ns}/{}", vc.secret_name), e)
+        })?;
+        let data: BTreeMap<String, Vec<u8>> = secret
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        let m = config::credentials_from_secret(&data)
+            .map_err(|e| CloudError::msg(format!("Secret {ns}/{}: {e}", vc.secret_name)))?;
+        if let Some((u, p)) = pick(m) {
+            return Ok(Credentials {
+                username: u,
+                password: p,
+            });
+        }
+        return Err(CloudError::msg(format!(
+            "Secret {ns}/{} has no credentials for vCenter {}",
+            vc.secret_name, vc.server
+        )));
+    }
+    if !vc.user.is_empty() && !vc.password.is_empty() {
+        return Ok(Credentials {
+            username: vc.user.clone(),
+            password: vc.password.clone(),
+        });
+    }
+    Err(CloudError::msg(format!(
+        "no credentials for vCenter {}: set user/password, secretName or secretsDirectory",
+        vc.server
+    )))
+}
+
+/// Inventory paths (`DC0`, `folder/DC1`) of datacenters by managed object ID; a datacenter
+/// whose path cannot be read is left out (it is still matched by name or ID).
+async fn datacenter_paths(soap: &Client, datacenters: &[(MoRef, PropertySet)]) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    for (dc, props) in datacenters {
+        let Some(name) = props.string("name") else {
+            continue;
+        };
+        let Ok(chain) = soap.ancestors(dc).await else {
+            continue;
+        };
+        let mut parts = vec![name];
+        // chain = [dc, parent folder, …, root folder]; the root folder is not in the path.
+        for folder in chain.iter().skip(1).take(chain.len().saturating_sub(2)) {
+            match soap.retrieve_properties(folder, &["name"]).await {
+                Ok(p) => parts.push(p.string("name").unwrap_or_default()),
+                Err(_) => break,
+            }
+        }
+        parts.reverse();
+        out.insert(dc.value.clone(), parts.join("/"));
+    }
+    out
+}
+
 /// The factory the cloud-controller-manager calls with the `--cloud-config` contents.
 pub fn factory() -> Factory {
     Arc::new(|bytes: Option<Vec<u8>>| {
@@ -655,6 +811,10 @@ impl CloudProvider for VsphereCloud {
         metrics.register(Box::new(SessionCollector::new(self.vcenters.clone())));
     }
 
+    async fn shutdown(&self) {
+        self.logout().await;
+    }
+
     fn instances_v2(&self) -> Option<&dyn InstancesV2> {
         Some(self)
     }
@@ -663,7 +823,9 @@ impl CloudProvider for VsphereCloud {
 #[async_trait]
 impl InstancesV2 for VsphereCloud {
     async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
-        if self.find_vm(node).await?.is_some() {
+        // Errors (vCenter down, credentials rejected, no visible datacenter, a malformed
+        // systemUUID) propagate: the lifecycle controller keeps the Node.
+        if let Lookup::Found(_) = self.find_vm(node).await? {
             return Ok(true);
         }
         if std::env::var_os("SKIP_NODE_DELETION").is_some() {
@@ -682,10 +844,20 @@ impl InstancesV2 for VsphereCloud {
         {
             Err(e) if e.is_fault("ManagedObjectNotFound") => Ok(false),
             Err(e) => Err(api_err(format!("reading {}", r.vm), e)),
-            Ok(p) => Ok(matches!(
-                p.string("summary.runtime.powerState").as_deref(),
-                Some("poweredOn" | "poweredOff" | "suspended")
-            )),
+            Ok(p) => match p.string("summary.runtime.powerState").as_deref() {
+                Some("poweredOn" | "poweredOff" | "suspended") => Ok(true),
+                // An empty answer: the object exists but this account cannot read it.
+                None => Err(CloudError::msg(format!(
+                    "node {}: {} is no longer found by UUID, and vCenter returns no properties for it (not visible to this account?); keeping the node",
+                    node_name(node),
+                    r.vm
+                ))),
+                Some(other) => Err(CloudError::msg(format!(
+                    "node {}: {} has power state {other:?}; keeping the node",
+                    node_name(node),
+                    r.vm
+                ))),
+            },
         }
     }
 
@@ -755,6 +927,43 @@ mod tests {
             "422e4956-ad22-1139-6d72-59cc8f2a4b1c"
         );
         assert_eq!(swap_uuid_byte_order("bad"), None);
+    }
+
+    #[test]
+    fn hostile_uuids_never_panic_and_never_search() {
+        for hostile in [
+            "ééééééé-éééé-éééé-éééé-éééééééééééé",
+            "56492e42-22ad-3911-6d72-59cc8f2a4b1",
+            "56492e4222ad39116d7259cc8f2a4b1c",
+            "zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz",
+            "--------",
+            "",
+            "5é492e42-22ad-3911-6d72-59cc8f2a4b1c",
+            "\u{0}",
+        ] {
+            assert!(!is_uuid(hostile), "{hostile:?}");
+            assert_eq!(swap_uuid_byte_order(hostile), None, "{hostile:?}");
+            assert!(uuid_from_provider_id(&format!("vsphere://{hostile}")).is_err());
+            let mut node = Node::default();
+            node.metadata.name = Some("n".into());
+            node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+                node_info: Some(k8s_openapi::api::core::v1::NodeSystemInfo {
+                    system_uuid: hostile.to_string(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+            let got = VsphereCloud::node_uuids(&node);
+            if hostile.is_empty() {
+                assert!(got.unwrap().is_empty(), "no systemUUID: search by name");
+            } else {
+                assert!(
+                    got.unwrap_err().to_string().contains("is not a UUID"),
+                    "{hostile:?}: a malformed systemUUID is an error, not a search"
+                );
+            }
+        }
+        assert!(is_uuid("56492e42-22ad-3911-6d72-59cc8f2a4b1c"));
     }
 
     #[test]
