@@ -10,7 +10,8 @@ pub const PROVIDER_NAME: &str = legacy::PROVIDER_NAME;
 
 /// The provider as the cloud-controller-manager application needs it.
 pub fn provider_spec() -> k8s_cloud_provider::app::ProviderSpec {
-    k8s_cloud_provider::app::ProviderSpec::new(PROVIDER_NAME, legacy::factory())
+    // As cloud-provider-vsphere: a changed config file restarts the process.
+    k8s_cloud_provider::app::ProviderSpec::new(PROVIDER_NAME, legacy::factory()).restart_on_config_change()
 }
 
 /// `cloud-controller-manager-vsphere convert-config <old.conf> [-o <new.yaml>]`: writes the CPI

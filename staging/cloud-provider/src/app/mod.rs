@@ -63,6 +63,9 @@ pub struct ProviderSpec {
     pub factory: Factory,
     /// Canonical controller names off by default (e.g. cloud-provider-aws keeps routes off).
     pub disabled_by_default: Vec<String>,
+    /// Stop (gracefully, then exit 1 so that the pod restarts) when the `--cloud-config` file
+    /// changes, as cloud-provider-vsphere does: the provider reads its file once.
+    pub restart_on_config_change: bool,
 }
 
 impl std::fmt::Debug for ProviderSpec {
@@ -80,6 +83,41 @@ impl ProviderSpec {
             name: name.into(),
             factory,
             disabled_by_default: Vec::new(),
+            restart_on_config_change: false,
+        }
+    }
+
+    /// Sets [`ProviderSpec::restart_on_config_change`].
+    pub fn restart_on_config_change(mut self) -> Self {
+        self.restart_on_config_change = true;
+        self
+    }
+}
+
+/// How often the `--cloud-config` file is compared with what the provider read.
+const CONFIG_POLL_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Cancels `shutdown` and sets `changed` when the file at `path` no longer holds `initial`.
+async fn watch_config_file(
+    path: std::path::PathBuf,
+    initial: Option<Vec<u8>>,
+    changed: Arc<std::sync::atomic::AtomicBool>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(CONFIG_POLL_INTERVAL) => {}
+            _ = shutdown.cancelled() => return,
+        }
+        let now = std::fs::read(&path).ok();
+        if now != initial {
+            error!(
+                path = %path.display(),
+                "the cloud config file changed; stopping so that the cloud-controller-manager restarts with it"
+            );
+            changed.store(true, std::sync::atomic::Ordering::SeqCst);
+            shutdown.cancel();
+            return;
         }
     }
 }
@@ -116,6 +154,10 @@ pub enum AppError {
     /// A lease was lost (`leaderelection lost` or `migration leaderelection lost`).
     #[error("{0}")]
     LeaderElectionLost(&'static str),
+    /// The `--cloud-config` file changed (providers with
+    /// [`ProviderSpec::restart_on_config_change`]); the process exits 1 to be restarted.
+    #[error("the cloud config file {0} changed; exiting so that it is read again")]
+    CloudConfigChanged(String),
 }
 
 /// Legacy (1.20) controller names, used as the `running_managed_controllers` label.
@@ -284,6 +326,17 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
     }
     let cloud_config = read_config(opts.cloud.cloud_config.as_deref())
         .map_err(|e| AppError::CloudConfig(format!("--cloud-config: {e}")))?;
+    let config_changed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if spec.restart_on_config_change
+        && let Some(path) = opts.cloud.cloud_config.as_deref()
+    {
+        tokio::spawn(watch_config_file(
+            path.into(),
+            cloud_config.clone(),
+            config_changed.clone(),
+            shutdown.clone(),
+        ));
+    }
     let cloud: Arc<dyn CloudProvider> = (spec.factory)(cloud_config)
         .await
         .map_err(|e| AppError::CloudInit(e.to_string()))?;
@@ -518,6 +571,15 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
         release_if_held(&root, &mle).await;
     }
     info!(took = ?stop.elapsed(), "cloud-controller-manager stopped");
+    if config_changed.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(AppError::CloudConfigChanged(
+            opts.cloud
+                .cloud_config
+                .as_deref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+        ));
+    }
     Ok(())
 }
 

@@ -152,16 +152,17 @@ fn split_list(v: &str) -> Vec<String> {
 fn parse_cidrs(place: &str, v: &str) -> Result<Vec<IpNet>, ConfigError> {
     split_list(v)
         .iter()
-        .map(|c| {
+        .enumerate()
+        .map(|(i, c)| {
             c.parse::<IpNet>()
-                .map_err(|e| ConfigError(format!("{place} = {v:?}: {c:?} is not a CIDR ({e})")))
+                .map_err(|_| ConfigError(format!("{place}: entry {} is not a CIDR (e.g. 10.0.0.0/24)", i + 1)))
         })
         .collect()
 }
 
 fn parse_bool(place: &str, v: &str) -> Result<bool, ConfigError> {
     gcfg::parse_bool(Some(v))
-        .ok_or_else(|| ConfigError(format!("{place} = {v:?}: not a boolean (true/false)")))
+        .ok_or_else(|| ConfigError(format!("{place}: not a boolean (true/false)")))
 }
 
 fn parse_port(place: &str, v: &str) -> Result<u16, ConfigError> {
@@ -169,13 +170,13 @@ fn parse_port(place: &str, v: &str) -> Result<u16, ConfigError> {
         .parse::<u16>()
         .ok()
         .filter(|p| *p > 0)
-        .ok_or_else(|| ConfigError(format!("{place} = {v:?}: not a port number (1-65535)")))
+        .ok_or_else(|| ConfigError(format!("{place}: not a port number (1-65535)")))
 }
 
 fn parse_u32(place: &str, v: &str) -> Result<u32, ConfigError> {
     v.trim()
         .parse::<u32>()
-        .map_err(|_| ConfigError(format!("{place} = {v:?}: not a non-negative integer")))
+        .map_err(|_| ConfigError(format!("{place}: not a non-negative integer")))
 }
 
 fn parse_families(place: &str, values: Vec<String>) -> Result<Vec<String>, ConfigError> {
@@ -183,10 +184,10 @@ fn parse_families(place: &str, values: Vec<String>) -> Result<Vec<String>, Confi
     for v in values {
         let f = v.trim().to_ascii_lowercase();
         if f != "ipv4" && f != "ipv6" {
-            return Err(ConfigError(format!("{place}: {v:?} is not ipv4 or ipv6")));
+            return Err(ConfigError(format!("{place}: every entry must be ipv4 or ipv6")));
         }
         if out.contains(&f) {
-            return Err(ConfigError(format!("{place}: {v:?} listed twice")));
+            return Err(ConfigError(format!("{place}: {f} listed twice")));
         }
         out.push(f);
     }
@@ -317,7 +318,7 @@ impl VsphereConfig {
         // INI has a `[section]` header on a line of its own; YAML never starts a line with `[`
         // outside a flow sequence value.
         let looks_like_ini = text.lines().any(|l| l.trim_start().starts_with('['));
-        match serde_saphyr::from_str::<Value>(text) {
+        match crate::yaml::parse(text) {
             Ok(Value::Object(map)) if !text.trim_start().starts_with('[') => Self::from_yaml(map),
             _ if looks_like_ini => Self::from_ini(text),
             Ok(Value::Null) => Ok(Self::default()),
@@ -977,32 +978,32 @@ mod tests {
         let cases: Vec<(&[u8], &str)> = vec![
             (
                 b"global:\n  port: 99999\n",
-                "global: port = \"99999\": not a port number",
+                "global: port: not a port number",
             ),
             (
                 b"global:\n  insecureFlag: maybe\n",
-                "global: insecureFlag = \"maybe\": not a boolean",
+                "global: insecureFlag: not a boolean",
             ),
             (
                 b"global:\n  ipFamily: [ipv5]\n",
-                "global: ipFamily: \"ipv5\" is not ipv4 or ipv6",
+                "global: ipFamily: every entry must be ipv4 or ipv6",
             ),
             (b"vcenter:\n  a:\n    user: x\n", "vcenter.a: server must be set"),
             (
                 b"nodes:\n  internalNetworkSubnetCidr: 10.0.0.0/33\n",
-                "nodes: internalNetworkSubnetCidr = \"10.0.0.0/33\"",
+                "nodes: internalNetworkSubnetCidr: entry 1 is not a CIDR",
             ),
             (
                 b"[Global]\nsoap-roundtrip-count = many\n",
-                "[Global] (line 2) soap-roundtrip-count = \"many\"",
+                "[Global] (line 2) soap-roundtrip-count: not a non-negative integer",
             ),
             (
                 b"[VirtualCenter \"v\"]\nport = 0\n",
-                "[VirtualCenter \"v\"] (line 2) port = \"0\"",
+                "[VirtualCenter \"v\"] (line 2) port: not a port number",
             ),
             (
                 b"[Nodes]\nexclude-internal-network-subnet-cidr = x\n",
-                "exclude-internal-network-subnet-cidr = \"x\": \"x\" is not a CIDR",
+                "exclude-internal-network-subnet-cidr: entry 1 is not a CIDR",
             ),
             (b"[Global\n", "line 1"),
             (
@@ -1024,6 +1025,9 @@ mod tests {
                 .and_then(|c| c.apply_env(no_env))
                 .unwrap_err()
                 .to_string();
+            for value in ["99999", "maybe", "ipv5", "10.0.0.0/33", "many", "hunter2"] {
+                assert!(!e.contains(value), "no config value in errors: {e}");
+            }
             assert!(
                 e.contains(expected),
                 "{}: expected {expected:?} in {e:?}",

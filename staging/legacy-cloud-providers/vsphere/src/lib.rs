@@ -17,6 +17,7 @@
 //! and the legacy `Instances` interface (the controllers use `InstancesV2`).
 
 pub mod config;
+mod yaml;
 
 use std::{
     collections::{BTreeMap, HashMap},
