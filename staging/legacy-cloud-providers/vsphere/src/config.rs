@@ -560,6 +560,16 @@ impl VsphereConfig {
                     "nodes" => {
                         cfg.apply_nodes_key(&format!("{name} (line {})", e.line), &e.key, &v, Some(e.line))?
                     }
+                    // In-tree: node IPs come from the VM's NICs on this network, as both
+                    // InternalIP and ExternalIP: the CPI's internal and external network names.
+                    "network" if e.key.eq_ignore_ascii_case("public-network") && !v.is_empty() => {
+                        if cfg.nodes.internal_vm_network_name.is_empty() {
+                            cfg.nodes.internal_vm_network_name = v.clone();
+                        }
+                        if cfg.nodes.external_vm_network_name.is_empty() {
+                            cfg.nodes.external_vm_network_name = v.clone();
+                        }
+                    }
                     "network" => cfg.dropped.push((
                         name.clone(),
                         e.key.clone(),
@@ -593,9 +603,36 @@ impl VsphereConfig {
         Ok(self)
     }
 
-    /// Applies environment overrides (from `get`, e.g. `|k| std::env::var(k).ok()`), then
-    /// checks that at least one vCenter is configured.
-    pub fn apply_env(mut self, get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+    /// Applies the process environment ([`VsphereConfig::apply_env_from`] over
+    /// `std::env::vars`).
+    pub fn apply_process_env(self) -> Result<Self, ConfigError> {
+        self.apply_env_from(std::env::vars())
+    }
+
+    /// Applies environment overrides from a list of variables (every `VSPHERE_VCENTER_<ID>`
+    /// among them, whatever the ID), then checks that at least one vCenter is configured.
+    pub fn apply_env_from(self, vars: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
+        let vars: BTreeMap<String, String> = vars.into_iter().collect();
+        let ids: Vec<String> = vars
+            .keys()
+            .filter_map(|k| k.strip_prefix("VSPHERE_VCENTER_"))
+            .filter(|id| !id.is_empty() && *id != "PORT")
+            .map(str::to_string)
+            .collect();
+        self.apply_env_with_ids(|k| vars.get(k).cloned(), ids)
+    }
+
+    /// Applies environment overrides (from `get`, e.g. `|k| std::env::var(k).ok()`; per-vCenter
+    /// variables for the IDs 1 to 32), then checks that at least one vCenter is configured.
+    pub fn apply_env(self, get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        self.apply_env_with_ids(get, (1..=32).map(|i| i.to_string()).collect())
+    }
+
+    fn apply_env_with_ids(
+        mut self,
+        get: impl Fn(&str) -> Option<String>,
+        vcenter_ids: Vec<String>,
+    ) -> Result<Self, ConfigError> {
         let g = &mut self.global;
         let env = |k: &str| get(k).filter(|v| !v.is_empty());
         if let Some(v) = env("VSPHERE_VCENTER") {
@@ -662,8 +699,9 @@ impl VsphereConfig {
                 self.apply_nodes_key(var, key, &v, None)?;
             }
         }
-        // Per-vCenter: VSPHERE_VCENTER_<ID>=<name> with VCENTER_<ID>_<KEY>.
-        for id in 1..=32 {
+        // Per-vCenter: VSPHERE_VCENTER_<ID>=<name> with VCENTER_<ID>_<KEY>, for any <ID>
+        // (`VSPHERE_VCENTER_PORT` is the global port, not an ID).
+        for id in vcenter_ids {
             let Some(name) = env(&format!("VSPHERE_VCENTER_{id}")) else {
                 continue;
             };
@@ -716,8 +754,11 @@ impl VsphereConfig {
 
 /// Credentials per vCenter server from a Secret's data or a secrets directory's files:
 /// `<server>.username` / `<server>.password`, or `server_<id>` / `username_<id>` /
-/// `password_<id>` (trailing newlines trimmed). An unknown key or a user without a password
-/// is an error naming the key.
+/// `password_<id>` (trailing newlines trimmed). The shared-session keys
+/// `<server>.vc-session-manager-url` / `<server>.vc-session-manager-token` (VS-22) are accepted
+/// and ignored with a warning: this provider logs in with the user and password, so a server
+/// with only session-manager keys is an error. An unknown key or a user without a password is
+/// an error naming the key (never a value).
 pub fn credentials_from_secret(
     data: &BTreeMap<String, Vec<u8>>,
 ) -> Result<BTreeMap<String, (String, Secret)>, ConfigError> {
@@ -737,6 +778,15 @@ pub fn credentials_from_secret(
         } else if let Some(id) = key.strip_prefix("server_") {
             ids.insert(id.to_string(), text(key));
         } else if key.starts_with("username_") || key.starts_with("password_") {
+        } else if let Some(server) = key
+            .strip_suffix(".vc-session-manager-url")
+            .or_else(|| key.strip_suffix(".vc-session-manager-token"))
+        {
+            tracing::warn!(
+                server,
+                key = %key,
+                "vsphere credentials: the shared session manager is not supported; logging in with <server>.username/.password"
+            );
         } else {
             return Err(ConfigError(format!(
                 "credentials secret: unknown key {key:?} (expected <server>.username, <server>.password, server_<id>, username_<id>, password_<id>)"
@@ -965,7 +1015,6 @@ mod tests {
             "[Global] datastore",
             "[Global] working-dir",
             "[Global] vm-uuid",
-            "[Network] public-network",
             "[Disk] scsicontrollertype",
             "[Workspace] folder",
         ] {
@@ -1070,6 +1119,40 @@ mod tests {
         .unwrap();
         assert_eq!(y.vcenters["vc"].port, 8443);
         assert_eq!(y.zone_category, "z");
+    }
+
+    #[test]
+    fn per_vcenter_environment_for_any_id_and_session_manager_keys() {
+        let vars = [
+            ("VSPHERE_VCENTER_PORT", "8443"),
+            ("VSPHERE_VCENTER_prod-east", "vc-east"),
+            ("VCENTER_prod-east_SERVER", "10.1.1.1"),
+            ("VCENTER_prod-east_USERNAME", "u"),
+            ("VSPHERE_VCENTER_77", "vc77"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let c = VsphereConfig::parse(None).unwrap().apply_env_from(vars).unwrap();
+        assert_eq!(c.vcenters["vc-east"].server, "10.1.1.1");
+        assert_eq!(c.vcenters["vc-east"].port, 8443);
+        assert_eq!(c.vcenters["vc77"].server, "vc77");
+        let d = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let c = credentials_from_secret(&d(&[
+            ("vc.username", "a"),
+            ("vc.password", "b"),
+            ("vc.vc-session-manager-url", "https://sm/token"),
+            ("vc.vc-session-manager-token", "t"),
+        ]))
+        .unwrap();
+        assert_eq!(c["vc"].0, "a");
+        let in_tree = VsphereConfig::parse(Some(b"[Global]\nserver = vc\nuser = u\npassword = p\n[Network]\npublic-network = VM Network\n"))
+            .unwrap();
+        assert_eq!(in_tree.nodes.internal_vm_network_name, "VM Network");
+        assert_eq!(in_tree.nodes.external_vm_network_name, "VM Network");
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! and the legacy `Instances` interface (the controllers use `InstancesV2`).
 
 pub mod config;
+pub mod guest_os;
 mod yaml;
 
 use std::{
@@ -103,12 +104,14 @@ pub fn swap_uuid_byte_order(uuid: &str) -> Option<String> {
     ))
 }
 
-/// `vsphere-vm.cpu-<n>.mem-<GB>gb.os-<short guest id>` (VS-12). The short guest ID is the guest
-/// ID without its `Guest` suffix (upstream uses a table of ~150 IDs with the same effect).
+/// `vsphere-vm.cpu-<n>.mem-<GB>gb.os-<short OS name>` (VS-12), with upstream's short names
+/// ([`guest_os::short_name`]).
 pub fn instance_type(num_cpu: i64, memory_mb: i64, guest_id: &str) -> String {
-    let os = guest_id.strip_suffix("Guest").unwrap_or(guest_id);
-    let os = if os.is_empty() { "unknown" } else { os };
-    format!("vsphere-vm.cpu-{num_cpu}.mem-{}gb.os-{os}", memory_mb / 1024)
+    format!(
+        "vsphere-vm.cpu-{num_cpu}.mem-{}gb.os-{}",
+        memory_mb / 1024,
+        guest_os::short_name(guest_id)
+    )
 }
 
 fn usable(ip: &IpAddr) -> bool {
@@ -745,7 +748,7 @@ pub fn factory() -> Factory {
     Arc::new(|bytes: Option<Vec<u8>>| {
         Box::pin(async move {
             let config =
-                config::VsphereConfig::parse(bytes.as_deref())?.apply_env(|k| std::env::var(k).ok())?;
+                config::VsphereConfig::parse(bytes.as_deref())?.apply_process_env()?;
             Ok(Arc::new(VsphereCloud::new(config)) as Arc<dyn CloudProvider>)
         })
     })
@@ -971,7 +974,7 @@ mod tests {
     fn instance_type_string() {
         assert_eq!(
             instance_type(4, 16384, "ubuntu64Guest"),
-            "vsphere-vm.cpu-4.mem-16gb.os-ubuntu64"
+            "vsphere-vm.cpu-4.mem-16gb.os-ubuntu"
         );
         assert_eq!(instance_type(1, 32, ""), "vsphere-vm.cpu-1.mem-0gb.os-unknown");
     }
