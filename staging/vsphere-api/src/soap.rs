@@ -118,6 +118,21 @@ impl PropertySet {
         self.props.get(path).and_then(MoRef::from_element)
     }
 
+    /// An `OptionValue[]` property (e.g. `config.extraConfig`) as `(key, value)` pairs.
+    pub fn option_values(&self, path: &str) -> Vec<(String, String)> {
+        let Some(val) = self.props.get(path) else {
+            return Vec::new();
+        };
+        val.children_named("OptionValue")
+            .filter_map(|o| {
+                Some((
+                    o.child_text("key")?.to_string(),
+                    o.child_text("value").unwrap_or_default().to_string(),
+                ))
+            })
+            .collect()
+    }
+
     /// `guest.net`.
     pub fn guest_nics(&self, path: &str) -> Vec<GuestNicInfo> {
         let Some(val) = self.props.get(path) else {

@@ -59,13 +59,14 @@ impl ServerCertVerifier for ChainThenThumbprint {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let chain_error = match self
-            .chain
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
-            Ok(ok) => return Ok(ok),
-            Err(e) => e,
-        };
+        let chain_error =
+            match self
+                .chain
+                .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+            {
+                Ok(ok) => return Ok(ok),
+                Err(e) => e,
+            };
         let (s1, s256) = thumbprints(end_entity.as_ref());
         if self.expected == s1 || self.expected == s256 {
             Ok(ServerCertVerified::assertion())
@@ -125,7 +126,8 @@ pub fn http_client(opts: &TlsOptions, timeout: std::time::Duration) -> Result<re
         let expected = normalize(t);
         if expected.len() != 40 && expected.len() != 64 {
             return Err(Error::Config(
-                "thumbprint is neither a SHA-1 (40 hex digits) nor a SHA-256 (64 hex digits) fingerprint".into(),
+                "thumbprint is neither a SHA-1 (40 hex digits) nor a SHA-256 (64 hex digits) fingerprint"
+                    .into(),
             ));
         }
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());

@@ -154,15 +154,18 @@ fn parse_cidrs(place: &str, v: &str) -> Result<Vec<IpNet>, ConfigError> {
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            c.parse::<IpNet>()
-                .map_err(|_| ConfigError(format!("{place}: entry {} is not a CIDR (e.g. 10.0.0.0/24)", i + 1)))
+            c.parse::<IpNet>().map_err(|_| {
+                ConfigError(format!(
+                    "{place}: entry {} is not a CIDR (e.g. 10.0.0.0/24)",
+                    i + 1
+                ))
+            })
         })
         .collect()
 }
 
 fn parse_bool(place: &str, v: &str) -> Result<bool, ConfigError> {
-    gcfg::parse_bool(Some(v))
-        .ok_or_else(|| ConfigError(format!("{place}: not a boolean (true/false)")))
+    gcfg::parse_bool(Some(v)).ok_or_else(|| ConfigError(format!("{place}: not a boolean (true/false)")))
 }
 
 fn parse_port(place: &str, v: &str) -> Result<u16, ConfigError> {
@@ -611,7 +614,10 @@ impl VsphereConfig {
 
     /// Applies environment overrides from a list of variables (every `VSPHERE_VCENTER_<ID>`
     /// among them, whatever the ID), then checks that at least one vCenter is configured.
-    pub fn apply_env_from(self, vars: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
+    pub fn apply_env_from(
+        self,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
         let vars: BTreeMap<String, String> = vars.into_iter().collect();
         let ids: Vec<String> = vars
             .keys()
@@ -1025,10 +1031,7 @@ mod tests {
     #[test]
     fn errors_name_the_key_and_value() {
         let cases: Vec<(&[u8], &str)> = vec![
-            (
-                b"global:\n  port: 99999\n",
-                "global: port: not a port number",
-            ),
+            (b"global:\n  port: 99999\n", "global: port: not a port number"),
             (
                 b"global:\n  insecureFlag: maybe\n",
                 "global: insecureFlag: not a boolean",
@@ -1149,8 +1152,10 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(c["vc"].0, "a");
-        let in_tree = VsphereConfig::parse(Some(b"[Global]\nserver = vc\nuser = u\npassword = p\n[Network]\npublic-network = VM Network\n"))
-            .unwrap();
+        let in_tree = VsphereConfig::parse(Some(
+            b"[Global]\nserver = vc\nuser = u\npassword = p\n[Network]\npublic-network = VM Network\n",
+        ))
+        .unwrap();
         assert_eq!(in_tree.nodes.internal_vm_network_name, "VM Network");
         assert_eq!(in_tree.nodes.external_vm_network_name, "VM Network");
     }

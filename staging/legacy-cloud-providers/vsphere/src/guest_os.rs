@@ -32,8 +32,16 @@ const FAMILIES: &[(&str, &str, Ids)] = &[
     ("coreos", "coreos", Ids::Only64),
     ("darwin", "darwin", Ids::Plain32And64),
     ("darwin", "darwin", Ids::Versions32And64(&["10", "11"])),
-    ("darwin", "darwin", Ids::Versions64(&["12", "13", "14", "15", "16"])),
-    ("debian", "", Ids::Versions32And64(&["4", "5", "6", "7", "8", "9", "10"])),
+    (
+        "darwin",
+        "darwin",
+        Ids::Versions64(&["12", "13", "14", "15", "16"]),
+    ),
+    (
+        "debian",
+        "",
+        Ids::Versions32And64(&["4", "5", "6", "7", "8", "9", "10"]),
+    ),
     ("dos", "dos", Ids::Only32),
     ("eComStation", "eComStation", Ids::Only32),
     ("eComStation", "", Ids::Versions32(&["2"])),
@@ -126,7 +134,10 @@ pub fn short_name(guest_id: &str) -> String {
                 .find(|v| rest == format!("{v}Guest") || rest == format!("{v}_64Guest"))
                 .map(|v| named(v)),
             Ids::Versions32(vs) => vs.iter().find(|v| rest == format!("{v}Guest")).map(|v| named(v)),
-            Ids::Versions64(vs) => vs.iter().find(|v| rest == format!("{v}_64Guest")).map(|v| named(v)),
+            Ids::Versions64(vs) => vs
+                .iter()
+                .find(|v| rest == format!("{v}_64Guest"))
+                .map(|v| named(v)),
         };
         if let Some(name) = found {
             return name;

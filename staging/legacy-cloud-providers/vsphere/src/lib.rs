@@ -18,6 +18,7 @@
 
 pub mod config;
 pub mod guest_os;
+pub mod guestinfo;
 mod yaml;
 
 use std::{
@@ -50,7 +51,8 @@ use crate::config::{NodesConfig, VCenterConfig, VsphereConfig};
 pub const PROVIDER_NAME: &str = "vsphere";
 
 /// VM properties read for a node.
-const VM_PROPERTIES: [&str; 9] = [
+const VM_PROPERTIES: [&str; 10] = [
+    "config.extraConfig",
     "summary.config.uuid",
     "summary.config.numCpu",
     "summary.config.memorySizeMB",
@@ -128,12 +130,15 @@ fn usable(ip: &IpAddr) -> bool {
     }
 }
 
-/// Node addresses by VS-08…10.
+/// Node addresses by VS-08…10; `static_first` are the IPs cloud-init configured statically
+/// (VS-09, [`guestinfo::static_addresses`]): among the candidates they come first, in their
+/// order, the others keep theirs.
 pub fn node_addresses(
     host_name: &str,
     nics: &[GuestNicInfo],
     nodes: &NodesConfig,
     families: &[String],
+    static_first: &[IpAddr],
 ) -> Result<Vec<NodeAddress>, String> {
     let mut out: Vec<NodeAddress> = Vec::new();
     let mut push = |t: &str, a: &str| {
@@ -158,6 +163,8 @@ pub fn node_addresses(
         })
         .filter(|(ip, _)| usable(ip))
         .collect();
+    let mut candidates = candidates;
+    candidates.sort_by_key(|(ip, _)| static_first.iter().position(|s| s == ip).unwrap_or(usize::MAX));
     if !nodes.internal_vm_network_name.is_empty() && !nodes.external_vm_network_name.is_empty() {
         let has = |name: &str| nics.iter().any(|n| n.network.eq_ignore_ascii_case(name));
         if !has(&nodes.internal_vm_network_name) && !has(&nodes.external_vm_network_name) {
@@ -200,9 +207,10 @@ pub fn node_addresses(
             &nodes.external_vm_network_name,
         );
         if int_ip.is_none() && ext_ip.is_none() {
-            let first = internal.first().or(external.first()).map(|(ip, _)| *ip);
-            int_ip = first;
-            ext_ip = first;
+            // The legacy default: the first candidate of each type, each from its own list,
+            // so that an address excluded for one type never becomes that type.
+            int_ip = internal.first().map(|(ip, _)| *ip);
+            ext_ip = external.first().map(|(ip, _)| *ip);
         }
         if int_ip.is_none() && ext_ip.is_none() {
             return Err(format!("unable to find suitable IP address for node ({family})"));
@@ -747,8 +755,7 @@ async fn datacenter_paths(soap: &Client, datacenters: &[(MoRef, PropertySet)]) -
 pub fn factory() -> Factory {
     Arc::new(|bytes: Option<Vec<u8>>| {
         Box::pin(async move {
-            let config =
-                config::VsphereConfig::parse(bytes.as_deref())?.apply_process_env()?;
+            let config = config::VsphereConfig::parse(bytes.as_deref())?.apply_process_env()?;
             Ok(Arc::new(VsphereCloud::new(config)) as Arc<dyn CloudProvider>)
         })
     })
@@ -882,11 +889,14 @@ impl InstancesV2 for VsphereCloud {
             return Err(CloudError::msg(format!("{} has no summary.config.uuid", r.vm)));
         }
         let families = self.vcenters[r.vcenter].config.ip_family.clone();
+        let static_first = guestinfo::static_addresses(&props.option_values("config.extraConfig"))
+            .map_err(|e| CloudError::msg(format!("node {}: {} {e}", node_name(node), r.vm)))?;
         let addresses = node_addresses(
             &props.string("guest.hostName").unwrap_or_default(),
             &props.guest_nics("guest.net"),
             &self.config.nodes,
             &families,
+            &static_first,
         )
         .map_err(|e| CloudError::msg(format!("node {}: {e}", node_name(node))))?;
         let (zone, region) = self.zone_region(&r, &props).await?;
@@ -1002,7 +1012,7 @@ mod tests {
             nic("", &["172.17.0.1"], -1),
             nic("VM Network", &["10.0.0.5", "10.0.0.6"], 4001),
         ];
-        let got = node_addresses("node-1", &nics, &NodesConfig::default(), &["ipv4".into()]).unwrap();
+        let got = node_addresses("node-1", &nics, &NodesConfig::default(), &["ipv4".into()], &[]).unwrap();
         assert_eq!(
             got,
             vec![
@@ -1011,6 +1021,50 @@ mod tests {
                 a("ExternalIP", "10.0.0.5")
             ]
         );
+    }
+
+    #[test]
+    fn statically_configured_addresses_come_first_and_exclusions_still_hold() {
+        let nics = vec![
+            nic("a", &["10.0.0.5", "10.0.0.6"], 4000),
+            nic("b", &["192.168.1.9", "fd00::7"], 4001),
+        ];
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let got = node_addresses(
+            "n",
+            &nics,
+            &NodesConfig::default(),
+            &["ipv4".into()],
+            &[ip("192.168.1.9"), ip("10.0.0.6")],
+        )
+        .unwrap();
+        assert_eq!(got[1], a("InternalIP", "192.168.1.9"));
+        // Exclusions hold on the fallback path, each for its own type.
+        let only_internal_excluded = NodesConfig {
+            exclude_internal_network_subnet_cidr: vec!["10.0.0.0/8".parse().unwrap()],
+            ..Default::default()
+        };
+        let got = node_addresses("n", &nics, &only_internal_excluded, &["ipv4".into()], &[]).unwrap();
+        assert_eq!(
+            got[1..],
+            [a("InternalIP", "192.168.1.9"), a("ExternalIP", "10.0.0.5")]
+        );
+        // An excluded static address is still excluded (exclusions have the highest precedence).
+        let excl = NodesConfig {
+            exclude_internal_network_subnet_cidr: vec!["192.168.0.0/16".parse().unwrap()],
+            exclude_external_network_subnet_cidr: vec!["192.168.0.0/16".parse().unwrap()],
+            ..Default::default()
+        };
+        let got = node_addresses(
+            "n",
+            &nics,
+            &excl,
+            &["ipv4".into()],
+            &[ip("192.168.1.9"), ip("10.0.0.6")],
+        )
+        .unwrap();
+        assert_eq!(got[1], a("InternalIP", "10.0.0.6"));
+        assert_eq!(got[2], a("ExternalIP", "10.0.0.6"));
     }
 
     #[test]
@@ -1024,7 +1078,7 @@ mod tests {
             external_vm_network_name: "MGMT".into(),
             ..Default::default()
         };
-        let got = node_addresses("n", &nics, &cfg, &["ipv4".into(), "ipv6".into()]).unwrap();
+        let got = node_addresses("n", &nics, &cfg, &["ipv4".into(), "ipv6".into()], &[]).unwrap();
         assert_eq!(
             got,
             vec![
@@ -1039,15 +1093,16 @@ mod tests {
             exclude_internal_network_subnet_cidr: vec!["192.168.0.0/16".parse().unwrap()],
             ..Default::default()
         };
-        let got = node_addresses("n", &nics, &excl, &["ipv4".into()]).unwrap();
+        let got = node_addresses("n", &nics, &excl, &["ipv4".into()], &[]).unwrap();
         assert_eq!(got[1], a("InternalIP", "10.0.0.5"));
-        assert!(node_addresses("n", &nics, &NodesConfig::default(), &["ipv6".into()]).is_ok());
+        assert!(node_addresses("n", &nics, &NodesConfig::default(), &["ipv6".into()], &[]).is_ok());
         assert!(
             node_addresses(
                 "n",
                 &[nic("", &["10.0.0.1"], 4000)],
                 &NodesConfig::default(),
-                &["ipv6".into()]
+                &["ipv6".into()],
+                &[]
             )
             .unwrap_err()
             .contains("unable to find suitable IP address")
@@ -1058,7 +1113,7 @@ mod tests {
             ..Default::default()
         };
         assert!(
-            node_addresses("n", &nics, &both, &["ipv4".into()])
+            node_addresses("n", &nics, &both, &["ipv4".into()], &[])
                 .unwrap_err()
                 .contains("neither network")
         );

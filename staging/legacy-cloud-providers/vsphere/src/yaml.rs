@@ -44,7 +44,8 @@ impl<'de> DeserializeSeed<'de> for Shape<'_> {
                 text: self.text,
             }),
             Value::Bool(_) | Value::Number(_) => {
-                let spanned = <serde_saphyr::Spanned<IgnoredAny> as serde::Deserialize>::deserialize(deserializer)?;
+                let spanned =
+                    <serde_saphyr::Spanned<IgnoredAny> as serde::Deserialize>::deserialize(deserializer)?;
                 Ok(source_text(self.text, &spanned.defined)
                     .map(Value::String)
                     .unwrap_or_else(|| self.shape.clone()))
@@ -129,7 +130,10 @@ mod tests {
         assert_eq!(v["global"]["insecureFlag"], "true");
         assert_eq!(v["global"]["other"], "007");
         assert_eq!(v["global"]["none"], Value::Null);
-        assert_eq!(v["vcenter"]["a"]["datacenters"], serde_json::json!(["01", "DC1", "2.50"]));
+        assert_eq!(
+            v["vcenter"]["a"]["datacenters"],
+            serde_json::json!(["01", "DC1", "2.50"])
+        );
         assert_eq!(v["vcenter"]["a"]["password"], "0x1F");
     }
 }
