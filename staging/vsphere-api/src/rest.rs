@@ -55,6 +55,7 @@ pub struct RestClient {
     session: Mutex<Option<String>>,
     flavour: Mutex<Option<Flavour>>,
     logins: AtomicU64,
+    calls: AtomicU64,
     gate: tokio::sync::Mutex<LoginGate>,
 }
 
@@ -86,13 +87,19 @@ impl RestClient {
             session: Mutex::new(None),
             flavour: Mutex::new(None),
             logins: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
             gate: tokio::sync::Mutex::new(LoginGate::default()),
         })
     }
 
-    /// How many REST sessions this client has created.
+    /// How many REST sessions this client has created (attempts).
     pub fn logins(&self) -> u64 {
         self.logins.load(Ordering::SeqCst)
+    }
+
+    /// How many REST API requests (not logins) this client has sent.
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
     }
 
     /// A session: the current one unless it is `stale` (the one a caller saw rejected), else a
@@ -198,6 +205,7 @@ impl RestClient {
                 rest_path
             };
             let url = format!("{}{path}", self.base);
+            self.calls.fetch_add(1, Ordering::SeqCst);
             let mut req = self
                 .http
                 .request(method.clone(), &url)
@@ -260,6 +268,50 @@ impl RestClient {
                 )));
             }
         })
+    }
+
+    /// Tag IDs attached to each of `objects`, in one call (`list-attached-tags-on-objects`).
+    /// Objects without tags may be missing from the answer (then they have none).
+    pub async fn list_attached_tags_on_objects(
+        &self,
+        objects: &[MoRef],
+    ) -> Result<std::collections::HashMap<MoRef, Vec<String>>, Error> {
+        let mut out = std::collections::HashMap::new();
+        if objects.is_empty() {
+            return Ok(out);
+        }
+        let ids: Vec<Value> = objects
+            .iter()
+            .map(|o| json!({ "id": o.value, "type": o.kind }))
+            .collect();
+        let v = self
+            .request(
+                Method::POST,
+                "/api/cis/tagging/tag-association?action=list-attached-tags-on-objects",
+                "/rest/com/vmware/cis/tagging/tag-association?~action=list-attached-tags-on-objects",
+                Some(json!({ "object_ids": ids })),
+            )
+            .await?;
+        let Value::Array(entries) = v else {
+            return Err(Error::Response(format!(
+                "list-attached-tags-on-objects: unexpected answer {v}"
+            )));
+        };
+        for e in entries {
+            let (Some(id), Some(kind)) = (
+                e.pointer("/object_id/id").and_then(Value::as_str),
+                e.pointer("/object_id/type").and_then(Value::as_str),
+            ) else {
+                continue;
+            };
+            let tags = e
+                .get("tag_ids")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(|t| t.as_str().map(str::to_string)).collect())
+                .unwrap_or_default();
+            out.insert(MoRef::new(kind, id), tags);
+        }
+        Ok(out)
     }
 
     /// A tag by ID.

@@ -586,6 +586,58 @@ impl Client {
         result
     }
 
+    /// The `parent` of every object on the way from each of `objects` to the root, in one
+    /// `RetrievePropertiesEx` (a `TraversalSpec` that follows `parent` recursively, as
+    /// govmomi's `mo.Ancestors` does). The root folder maps to `None`.
+    pub async fn parents(&self, objects: &[MoRef]) -> Result<BTreeMap<MoRef, Option<MoRef>>, Error> {
+        Ok(self
+            .ancestry(objects)
+            .await?
+            .into_iter()
+            .map(|(obj, (parent, _))| (obj, parent))
+            .collect())
+    }
+
+    /// As [`Client::parents`], with each object's `name` too.
+    pub async fn ancestry(
+        &self,
+        objects: &[MoRef],
+    ) -> Result<BTreeMap<MoRef, (Option<MoRef>, Option<String>)>, Error> {
+        if objects.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let object_sets: String = objects
+            .iter()
+            .map(|o| {
+                format!(
+                    "<objectSet>{}<skip>false</skip><selectSet xsi:type=\"TraversalSpec\"><name>traverseParent</name><type>ManagedEntity</type><path>parent</path><skip>false</skip><selectSet><name>traverseParent</name></selectSet></selectSet></objectSet>",
+                    o.to_xml("obj")
+                )
+            })
+            .collect();
+        let found = self
+            .retrieve("ManagedEntity", &["parent", "name"], &object_sets)
+            .await?;
+        Ok(found
+            .into_iter()
+            .map(|(obj, props)| (obj, (props.moref("parent"), props.string("name"))))
+            .collect())
+    }
+
+    /// The chain from `obj` up to the root (`obj` first), from a [`Client::parents`] map.
+    pub fn chain(parents: &BTreeMap<MoRef, Option<MoRef>>, obj: &MoRef) -> Vec<MoRef> {
+        let mut chain = vec![obj.clone()];
+        let mut current = obj.clone();
+        while let Some(Some(parent)) = parents.get(&current) {
+            if chain.contains(parent) || chain.len() > 64 {
+                break;
+            }
+            chain.push(parent.clone());
+            current = parent.clone();
+        }
+        chain
+    }
+
     /// The object and its ancestors (`parent`, or `resourcePool`'s parents), up to the root.
     pub async fn ancestors(&self, obj: &MoRef) -> Result<Vec<MoRef>, Error> {
         let mut chain = vec![obj.clone()];

@@ -742,9 +742,16 @@ impl VsphereConfig {
                 "no vCenter configured: set global.server or a vcenter entry (or VSPHERE_VCENTER)".into(),
             ));
         }
+        let dual_stack = get("ENABLE_ALPHA_DUAL_STACK").is_some();
         for (name, vc) in &cfg.vcenters {
             if vc.server.is_empty() {
                 return Err(ConfigError(format!("vcenter {name}: server must be set")));
+            }
+            // Upstream's gate: dual-stack node addresses are alpha.
+            if vc.ip_family.len() > 1 && !dual_stack {
+                return Err(ConfigError(format!(
+                    "vcenter {name}: ipFamily names two families (dual-stack), which needs the environment variable ENABLE_ALPHA_DUAL_STACK set"
+                )));
             }
         }
         if cfg.zone_category.is_empty() != cfg.region_category.is_empty() {
@@ -1174,6 +1181,7 @@ mod tests {
                     "VCENTER_1_SERVER" => "10.9.9.9",
                     "VCENTER_1_INSECURE" => "true",
                     "VCENTER_1_IP_FAMILY" => "ipv6,ipv4",
+                    "ENABLE_ALPHA_DUAL_STACK" => "true",
                     _ => return None,
                 }
                 .to_string(),
@@ -1186,6 +1194,21 @@ mod tests {
         assert_eq!(s.server, "10.9.9.9");
         assert!(s.insecure, "VCENTER_<ID>_INSECURE is honoured");
         assert_eq!(s.ip_family, vec!["ipv6", "ipv4"]);
+        let without_gate = |k: &str| {
+            if k == "ENABLE_ALPHA_DUAL_STACK" {
+                None
+            } else {
+                env(k)
+            }
+        };
+        assert!(
+            VsphereConfig::parse(None)
+                .unwrap()
+                .apply_env(without_gate)
+                .unwrap_err()
+                .0
+                .contains("ENABLE_ALPHA_DUAL_STACK")
+        );
     }
 
     #[test]

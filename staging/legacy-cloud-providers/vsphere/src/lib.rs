@@ -253,10 +253,15 @@ pub struct VsphereCloud {
     config: VsphereConfig,
     vcenters: Arc<Vec<VCenter>>,
     kube: Arc<Mutex<Option<kube::Client>>>,
+    /// The VM last found for each Node name (VS-15), pruned to the informer's Nodes.
     seen: Mutex<HashMap<String, VmRef>>,
-    tags: Mutex<HashMap<String, (String, String)>>,
-    categories: Mutex<HashMap<String, String>>,
+    nodes: Mutex<Option<k8s_controller_manager::informer::Store<Node>>>,
+    tags: Mutex<HashMap<String, ((String, String), std::time::Instant)>>,
+    categories: Mutex<HashMap<String, (String, std::time::Instant)>>,
 }
+
+/// How long tag and category names are cached.
+pub const TAG_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl std::fmt::Debug for VsphereCloud {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -292,6 +297,7 @@ impl VsphereCloud {
             vcenters,
             kube: Arc::new(Mutex::new(None)),
             seen: Mutex::new(HashMap::new()),
+            nodes: Mutex::new(None),
             tags: Mutex::new(HashMap::new()),
             categories: Mutex::new(HashMap::new()),
         }
@@ -550,17 +556,21 @@ impl VsphereCloud {
                 r.vm
             )));
         }
-        self.seen.lock().insert(node_name(node).to_string(), r.clone());
+        self.remember(node_name(node), r.clone());
         Ok(Some((r, props)))
     }
 
+    /// Zone and region (VS-13) in two round trips: one PropertyCollector traversal for the
+    /// ancestors of the host, the resource pool and the VM, one bulk tag-association read for
+    /// all of them; tag and category names come from caches that expire after
+    /// [`TAG_CACHE_TTL`]. The search order is upstream's: the host and its ancestors, then the
+    /// resource pool's, then the VM's; the first tag of each category wins.
     async fn zone_region(&self, r: &VmRef, props: &PropertySet) -> CloudResult<(String, String)> {
         let (zone_cat, region_cat) = (&self.config.zone_category, &self.config.region_category);
         if zone_cat.is_empty() || region_cat.is_empty() {
             return Ok((String::new(), String::new()));
         }
         let (soap, rest) = self.clients(r.vcenter).await?;
-        let (mut zone, mut region) = (None, None);
         let starts: Vec<MoRef> = [
             props.moref("runtime.host"),
             props.moref("resourcePool"),
@@ -569,52 +579,34 @@ impl VsphereCloud {
         .into_iter()
         .flatten()
         .collect();
-        'outer: for start in starts {
-            for obj in soap
-                .ancestors(&start)
-                .await
-                .map_err(|e| api_err(format!("ancestors of {start}"), e))?
-            {
-                for tag_id in rest
-                    .list_attached_tags(&obj)
-                    .await
-                    .map_err(|e| api_err(format!("tags of {obj}"), e))?
-                {
-                    let cached_tag = self.tags.lock().get(&tag_id).cloned();
-                    let (tag_name, category_id) = match cached_tag {
-                        Some(t) => t,
-                        None => {
-                            let t = rest
-                                .get_tag(&tag_id)
-                                .await
-                                .map_err(|e| api_err(format!("tag {tag_id}"), e))?;
-                            let v = (t.name, t.category_id);
-                            self.tags.lock().insert(tag_id.clone(), v.clone());
-                            v
-                        }
-                    };
-                    let cached_category = self.categories.lock().get(&category_id).cloned();
-                    let category = match cached_category {
-                        Some(c) => c,
-                        None => {
-                            let c = rest
-                                .get_category(&category_id)
-                                .await
-                                .map_err(|e| api_err(format!("category {category_id}"), e))?
-                                .name;
-                            self.categories.lock().insert(category_id.clone(), c.clone());
-                            c
-                        }
-                    };
-                    if &category == zone_cat && zone.is_none() {
-                        zone = Some(tag_name.clone());
-                    }
-                    if &category == region_cat && region.is_none() {
-                        region = Some(tag_name);
-                    }
-                    if zone.is_some() && region.is_some() {
-                        break 'outer;
-                    }
+        let parents = soap
+            .parents(&starts)
+            .await
+            .map_err(|e| api_err(format!("ancestors of {}", r.vm), e))?;
+        let chains: Vec<Vec<MoRef>> = starts.iter().map(|s| Client::chain(&parents, s)).collect();
+        let mut objects: Vec<MoRef> = Vec::new();
+        for o in chains.iter().flatten() {
+            if !objects.contains(o) {
+                objects.push(o.clone());
+            }
+        }
+        let attached = rest
+            .list_attached_tags_on_objects(&objects)
+            .await
+            .map_err(|e| api_err(format!("tags of {} and its ancestors", r.vm), e))?;
+        let (mut zone, mut region) = (None, None);
+        'outer: for obj in chains.iter().flatten() {
+            for tag_id in attached.get(obj).into_iter().flatten() {
+                let (tag_name, category_id) = self.tag(rest, tag_id).await?;
+                let category = self.category(rest, &category_id).await?;
+                if &category == zone_cat && zone.is_none() {
+                    zone = Some(tag_name.clone());
+                }
+                if &category == region_cat && region.is_none() {
+                    region = Some(tag_name);
+                }
+                if zone.is_some() && region.is_some() {
+                    break 'outer;
                 }
             }
         }
@@ -632,6 +624,55 @@ impl VsphereCloud {
                 .collect::<Vec<_>>()
                 .join(" or ")
             ))),
+        }
+    }
+
+    /// A tag's name and category ID (cached for [`TAG_CACHE_TTL`]).
+    async fn tag(&self, rest: &RestClient, id: &str) -> CloudResult<(String, String)> {
+        if let Some((v, at)) = self.tags.lock().get(id)
+            && at.elapsed() < TAG_CACHE_TTL
+        {
+            return Ok(v.clone());
+        }
+        let t = rest
+            .get_tag(id)
+            .await
+            .map_err(|e| api_err(format!("tag {id}"), e))?;
+        let v = (t.name, t.category_id);
+        let mut tags = self.tags.lock();
+        tags.retain(|_, (_, at)| at.elapsed() < TAG_CACHE_TTL);
+        tags.insert(id.to_string(), (v.clone(), std::time::Instant::now()));
+        Ok(v)
+    }
+
+    /// A category's name (cached for [`TAG_CACHE_TTL`]).
+    async fn category(&self, rest: &RestClient, id: &str) -> CloudResult<String> {
+        if let Some((v, at)) = self.categories.lock().get(id)
+            && at.elapsed() < TAG_CACHE_TTL
+        {
+            return Ok(v.clone());
+        }
+        let name = rest
+            .get_category(id)
+            .await
+            .map_err(|e| api_err(format!("category {id}"), e))?
+            .name;
+        let mut categories = self.categories.lock();
+        categories.retain(|_, (_, at)| at.elapsed() < TAG_CACHE_TTL);
+        categories.insert(id.to_string(), (name.clone(), std::time::Instant::now()));
+        Ok(name)
+    }
+
+    /// Remembers the VM of a Node; entries of Nodes that no longer exist are dropped once the
+    /// map holds more entries than there are Nodes (memory stays bounded by the cluster).
+    fn remember(&self, node: &str, r: VmRef) {
+        let mut seen = self.seen.lock();
+        seen.insert(node.to_string(), r);
+        if let Some(store) = self.nodes.lock().as_ref() {
+            let known = store.list().len();
+            if seen.len() > known.max(16) {
+                seen.retain(|name, _| store.get(name).is_some());
+            }
         }
     }
 
@@ -726,27 +767,30 @@ async fn read_credentials(
     )))
 }
 
-/// Inventory paths (`DC0`, `folder/DC1`) of datacenters by managed object ID; a datacenter
-/// whose path cannot be read is left out (it is still matched by name or ID).
+/// Inventory paths (`DC0`, `folder/DC1`) of datacenters by managed object ID, from one
+/// PropertyCollector traversal; empty when it fails (datacenters are still matched by name or
+/// ID).
 async fn datacenter_paths(soap: &Client, datacenters: &[(MoRef, PropertySet)]) -> HashMap<String, String> {
+    let dcs: Vec<MoRef> = datacenters.iter().map(|(m, _)| m.clone()).collect();
+    let Ok(ancestry) = soap.ancestry(&dcs).await else {
+        return HashMap::new();
+    };
+    let parents: std::collections::BTreeMap<MoRef, Option<MoRef>> = ancestry
+        .iter()
+        .map(|(k, (p, _))| (k.clone(), p.clone()))
+        .collect();
     let mut out = HashMap::new();
-    for (dc, props) in datacenters {
-        let Some(name) = props.string("name") else {
-            continue;
-        };
-        let Ok(chain) = soap.ancestors(dc).await else {
-            continue;
-        };
-        let mut parts = vec![name];
-        // chain = [dc, parent folder, …, root folder]; the root folder is not in the path.
-        for folder in chain.iter().skip(1).take(chain.len().saturating_sub(2)) {
-            match soap.retrieve_properties(folder, &["name"]).await {
-                Ok(p) => parts.push(p.string("name").unwrap_or_default()),
-                Err(_) => break,
-            }
+    for dc in &dcs {
+        let chain = Client::chain(&parents, dc);
+        // chain = [dc, folder, …, root folder]; the root folder is not part of the path.
+        let names: Option<Vec<String>> = chain[..chain.len().saturating_sub(1)]
+            .iter()
+            .rev()
+            .map(|o| ancestry.get(o).and_then(|(_, n)| n.clone()))
+            .collect();
+        if let Some(names) = names {
+            out.insert(dc.value.clone(), names.join("/"));
         }
-        parts.reverse();
-        out.insert(dc.value.clone(), parts.join("/"));
     }
     out
 }
@@ -761,41 +805,63 @@ pub fn factory() -> Factory {
     })
 }
 
-/// `cloudprovider_vsphere_sessions_created_total{api}`: SOAP and REST logins, read from the
+/// `cloudprovider_vsphere_sessions_created_total{api}` (SOAP and REST login attempts) and
+/// `cloudprovider_vsphere_api_requests_total{api}` (requests other than logins), read from the
 /// clients at scrape time.
 struct SessionCollector {
     vcenters: Arc<Vec<VCenter>>,
-    desc: prometheus::core::Desc,
+    descs: [prometheus::core::Desc; 2],
 }
 
 impl SessionCollector {
-    const NAME: &'static str = "cloudprovider_vsphere_sessions_created_total";
-    const HELP: &'static str = "vCenter sessions created (logins), by API";
+    const SESSIONS: (&'static str, &'static str) = (
+        "cloudprovider_vsphere_sessions_created_total",
+        "vCenter sessions created (login attempts), by API",
+    );
+    const REQUESTS: (&'static str, &'static str) = (
+        "cloudprovider_vsphere_api_requests_total",
+        "vCenter API requests (logins excluded), by API",
+    );
 
     fn new(vcenters: Arc<Vec<VCenter>>) -> Self {
-        let desc = prometheus::core::Desc::new(
-            Self::NAME.into(),
-            Self::HELP.into(),
-            vec!["api".into()],
-            HashMap::new(),
-        )
-        .expect("valid metric description");
-        Self { vcenters, desc }
+        let desc = |(name, help): (&str, &str)| {
+            prometheus::core::Desc::new(name.into(), help.into(), vec!["api".into()], HashMap::new())
+                .expect("valid metric description")
+        };
+        Self {
+            vcenters,
+            descs: [desc(Self::SESSIONS), desc(Self::REQUESTS)],
+        }
     }
 }
 
 impl prometheus::core::Collector for SessionCollector {
     fn desc(&self) -> Vec<&prometheus::core::Desc> {
-        vec![&self.desc]
+        self.descs.iter().collect()
     }
     fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
-        let (soap, rest) = logins(&self.vcenters);
-        let c = prometheus::IntCounterVec::new(prometheus::Opts::new(Self::NAME, Self::HELP), &["api"])
-            .expect("valid metric");
-        c.with_label_values(&["soap"]).inc_by(soap);
-        c.with_label_values(&["rest"]).inc_by(rest);
-        prometheus::core::Collector::collect(&c)
+        let mut out = Vec::new();
+        for ((name, help), (soap, rest)) in [
+            (Self::SESSIONS, logins(&self.vcenters)),
+            (Self::REQUESTS, requests(&self.vcenters)),
+        ] {
+            let c = prometheus::IntCounterVec::new(prometheus::Opts::new(name, help), &["api"])
+                .expect("valid metric");
+            c.with_label_values(&["soap"]).inc_by(soap);
+            c.with_label_values(&["rest"]).inc_by(rest);
+            out.extend(prometheus::core::Collector::collect(&c));
+        }
+        out
     }
+}
+
+fn requests(vcenters: &[VCenter]) -> (u64, u64) {
+    vcenters
+        .iter()
+        .filter_map(|v| v.clients.get())
+        .fold((0, 0), |(s, r), (soap, rest)| {
+            (s + soap.calls(), r + rest.calls())
+        })
 }
 
 fn logins(vcenters: &[VCenter]) -> (u64, u64) {
@@ -815,6 +881,7 @@ impl CloudProvider for VsphereCloud {
 
     async fn initialize(&self, ctx: InitContext) -> CloudResult<()> {
         *self.kube.lock() = Some(ctx.client);
+        *self.nodes.lock() = Some(ctx.nodes);
         Ok(())
     }
 
@@ -848,12 +915,18 @@ impl InstancesV2 for VsphereCloud {
         // Not found by UUID: if we have seen its VM, ask for that object directly (VS-15).
         let seen = self.seen.lock().get(node_name(node)).cloned();
         let Some(r) = seen else { return Ok(false) };
+        let forget = || {
+            self.seen.lock().remove(node_name(node));
+        };
         let (soap, _) = self.clients(r.vcenter).await?;
         match soap
             .retrieve_properties(&r.vm, &["summary.runtime.powerState"])
             .await
         {
-            Err(e) if e.is_fault("ManagedObjectNotFound") => Ok(false),
+            Err(e) if e.is_fault("ManagedObjectNotFound") => {
+                forget();
+                Ok(false)
+            }
             Err(e) => Err(api_err(format!("reading {}", r.vm), e)),
             Ok(p) => match p.string("summary.runtime.powerState").as_deref() {
                 Some("poweredOn" | "poweredOff" | "suspended") => Ok(true),
