@@ -133,6 +133,20 @@ pub async fn set_ready(nodes: &Api<Node>, name: &str, status: &str) -> Result<()
     Ok(())
 }
 
+/// Sets `status.nodeInfo.systemUUID` (what kubelet reports from SMBIOS).
+pub async fn set_system_uuid(nodes: &Api<Node>, name: &str, uuid: &str) -> Result<()> {
+    let patch = serde_json::json!({"status": {"nodeInfo": {"systemUUID": uuid, "machineID": "", "bootID": "", "kernelVersion": "",
+        "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "", "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"}}});
+    nodes
+        .patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
 /// The Node, once the cloud-node controller has initialised it (no uninitialized taint, some
 /// addresses); `None` before.
 pub async fn initialised(nodes: &Api<Node>, name: &str) -> Option<Node> {

@@ -6,11 +6,14 @@
 //! - [`Moto`]: moto's AWS emulator, with [`moto::World`] to build a cluster-tagged VPC.
 //! - [`Vcsim`]: govmomi's vCenter simulator.
 //! - [`imds::ImdsStub`]: an EC2 instance-metadata server for one instance of a moto world.
+//! - [`fault_proxy::FaultProxy`]: a rule-driven proxy that hides, empties, delays or drops
+//!   chosen requests to a test server.
 //!
 //! The servers are installed by `hack/install-test-deps.sh`; see [`paths`].
 
 pub mod ccm;
 pub mod cluster;
+pub mod fault_proxy;
 pub mod imds;
 pub mod k8s;
 pub mod kcm;

@@ -26,6 +26,22 @@ impl std::fmt::Debug for Vcsim {
     }
 }
 
+/// The name of model VM `i` of the first cluster of `DC0` (`DC0_C0_RP0_VM<i>`).
+pub fn vm_name(i: usize) -> String {
+    format!("DC0_C0_RP0_VM{i}")
+}
+
+/// A model with `vms` VMs on one cluster of 2 hosts.
+pub fn small_model(vms: usize) -> VcsimModel {
+    VcsimModel {
+        vms,
+        hosts: 2,
+        standalone_hosts: 0,
+        clusters: 1,
+        extra_args: Vec::new(),
+    }
+}
+
 /// The inventory vcsim builds.
 #[derive(Debug, Clone)]
 pub struct VcsimModel {
@@ -67,14 +83,47 @@ impl Vcsim {
     /// Starts vcsim again on this one's address, with the same credentials (a "vCenter
     /// restart": every session is lost).
     pub fn restart(&mut self, model: VcsimModel) -> Result<()> {
+        let password = self.password.clone();
+        self.restart_with_password(model, &password)
+    }
+
+    /// Starts vcsim again on this one's address with a new password (a rotated vCenter
+    /// password: every session is lost, the old password is refused).
+    pub fn restart_with_password(&mut self, model: VcsimModel, password: &str) -> Result<()> {
         self.process.stop();
         let again = Self::start_on(
             &self.host_port,
             model,
-            Some((self.username.clone(), self.password.clone())),
+            Some((self.username.clone(), password.to_string())),
         )?;
         *self = again;
         Ok(())
+    }
+
+    /// The TLS certificate and key (PEM) vcsim serves, e.g. for a proxy in front of it.
+    pub fn tls_files(&self) -> (std::path::PathBuf, std::path::PathBuf) {
+        (self._dir.path().join("vcsim.crt"), self._dir.path().join("vcsim.key"))
+    }
+
+    /// SOAP sessions vcsim holds whose user agent is `agent` (`govc session.ls`).
+    pub fn sessions_of(&self, agent: &str) -> Result<usize> {
+        let out = self.govc(&["session.ls", "-json"])?;
+        let v: serde_json::Value = serde_json::from_str(&out)?;
+        Ok(v["SessionList"]
+            .as_array()
+            .map(|a| a.iter().filter(|s| s["UserAgent"] == agent).count())
+            .unwrap_or(0))
+    }
+
+    /// The managed object ID of a VM (`vm-54`).
+    pub fn vm_moref(&self, vm: &str) -> Result<String> {
+        let out = self.govc(&["ls", "-i", &format!("/DC0/vm/{vm}")])?;
+        out.trim()
+            .rsplit(':')
+            .next()
+            .map(str::to_string)
+            .filter(|s| !s.is_empty())
+            .context("govc ls -i printed no reference")
     }
 
     fn start_on(listen: &str, model: VcsimModel, creds: Option<(String, String)>) -> Result<Self> {
@@ -246,6 +295,15 @@ impl Vcsim {
             .map(str::to_string)
             .filter(|t| t.len() == 59)
             .context("no certificate fingerprint from openssl")
+    }
+
+    /// Gives model VM `i` ([`vm_name`]) the guest identity `node-<i>` / `10.20.0.<i+10>`, for
+    /// VMs `0..count`.
+    pub fn identify(&self, count: usize) -> Result<()> {
+        for i in 0..count {
+            self.set_guest_identity(&vm_name(i), &format!("10.20.0.{}", i + 10), &format!("node-{i}"))?;
+        }
+        Ok(())
     }
 
     /// Gives a VM (by inventory path or name) a guest IP and host name, which vcsim's model

@@ -11,13 +11,13 @@ use k8s_cloud_provider::{
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use kube::{
     Api,
-    api::{Patch, PatchParams, PostParams},
+    api::PostParams,
 };
 use rcp_e2e::{
     TestCluster, Vcsim,
     ccm::CcmProcess,
-    k8s::{initialised, set_ready, tainted_node, wait_for},
-    vcsim::VcsimModel,
+    k8s::{initialised, set_ready, set_system_uuid, tainted_node, wait_for},
+    vcsim::{VcsimModel, small_model, vm_name},
 };
 use vsphere_api::{Client, Credentials, MoRef, Secret, rest::RestClient, tls::TlsOptions};
 
@@ -25,25 +25,15 @@ const T: Duration = Duration::from_secs(60);
 const BIN: &str = "cloud-controller-manager-vsphere";
 
 fn model(vms: usize) -> VcsimModel {
-    VcsimModel {
-        vms,
-        hosts: 2,
-        standalone_hosts: 0,
-        clusters: 1,
-        extra_args: Vec::new(),
-    }
+    small_model(vms)
 }
 
 fn vm(i: usize) -> String {
-    format!("DC0_C0_RP0_VM{i}")
+    vm_name(i)
 }
 
-/// Gives VM i the guest identity `node-i` / `10.20.0.<i+10>`.
 fn identify(vcsim: &Vcsim, count: usize) -> Result<()> {
-    for i in 0..count {
-        vcsim.set_guest_identity(&vm(i), &format!("10.20.0.{}", i + 10), &format!("node-{i}"))?;
-    }
-    Ok(())
+    vcsim.identify(count)
 }
 
 fn cloud_config(cluster: &TestCluster, vcsim: &Vcsim, zones: bool) -> Result<std::path::PathBuf> {
@@ -75,15 +65,6 @@ fn start_ccm(
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
     CcmProcess::start(BIN, name, cluster.kubeconfig_path(), cluster.dir(), &args)
-}
-
-async fn set_system_uuid(nodes: &Api<Node>, name: &str, uuid: &str) -> Result<()> {
-    let patch = serde_json::json!({"status": {"nodeInfo": {"systemUUID": uuid, "machineID": "", "bootID": "", "kernelVersion": "",
-        "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "", "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"}}});
-    nodes
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(())
 }
 
 /// The kubelet's (SMBIOS) byte order of a vCenter UUID: first three groups byte-swapped.

@@ -1,0 +1,302 @@
+//! `FaultProxy`: an HTTP(S) reverse proxy on 127.0.0.1 in front of a test server (vcsim,
+//! moto), whose rules answer chosen requests differently: an empty SOAP answer (what vCenter
+//! returns for objects the account cannot see), an HTTP status, a delay, a dropped
+//! connection, or a hang. Everything else is forwarded unchanged, and every request is counted
+//! by its SOAP method (or path).
+//!
+//! With [`FaultProxy::start_tls`] it serves TLS with the upstream's own certificate and key,
+//! so clients that pin or trust the upstream's certificate accept the proxy too.
+
+use std::{
+    collections::BTreeMap,
+    convert::Infallible,
+    net::SocketAddr,
+    path::Path,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response, StatusCode, body::Incoming, service::service_fn};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+/// What a matching request gets instead of the upstream's answer.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// This status and body (content type `text/xml`).
+    Respond {
+        /// HTTP status.
+        status: u16,
+        /// Body.
+        body: String,
+    },
+    /// The request is forwarded after this delay.
+    Delay(Duration),
+    /// The connection is closed without an answer.
+    Drop,
+    /// No answer at all (until the client gives up).
+    Hang,
+}
+
+impl Action {
+    /// The SOAP answer `<{method}Response xmlns="urn:vim25"/>`: no `returnval`, which is what
+    /// vCenter answers for objects or searches the account cannot see.
+    pub fn empty_soap(method: &str) -> Self {
+        Self::Respond {
+            status: 200,
+            body: format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\"><soapenv:Body><{method}Response xmlns=\"urn:vim25\"></{method}Response></soapenv:Body></soapenv:Envelope>"
+            ),
+        }
+    }
+}
+
+/// A rule: every substring must occur in the request's path or body.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// Substrings of `path + body` that select the request.
+    pub matches: Vec<String>,
+    /// What to do.
+    pub action: Action,
+}
+
+impl Rule {
+    /// A rule for requests containing all of `matches`.
+    pub fn new(matches: &[&str], action: Action) -> Self {
+        Self {
+            matches: matches.iter().map(|s| s.to_string()).collect(),
+            action,
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    rules: Vec<Rule>,
+    counts: BTreeMap<String, usize>,
+    faulted: usize,
+}
+
+/// A running proxy; stops when dropped.
+pub struct FaultProxy {
+    addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for FaultProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultProxy").field("addr", &self.addr).finish()
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The SOAP method of a request body (`<FindByUuid xmlns="urn:vim25">`), else the path.
+fn request_kind(path: &str, body: &str) -> String {
+    if let Some(i) = body.find(" xmlns=\"urn:vim25\"") {
+        let head = &body[..i];
+        if let Some(start) = head.rfind('<') {
+            return head[start + 1..].to_string();
+        }
+    }
+    path.to_string()
+}
+
+type Acceptor = Option<tokio_rustls::TlsAcceptor>;
+
+impl FaultProxy {
+    /// A plain-HTTP proxy in front of `upstream` (e.g. `http://127.0.0.1:5000`).
+    pub async fn start(upstream: &str) -> Result<Self> {
+        Self::start_with(upstream, None).await
+    }
+
+    /// A TLS proxy in front of `upstream` (`https://…`), serving the certificate and key at
+    /// these PEM paths.
+    pub async fn start_tls(upstream: &str, cert: &Path, key: &Path) -> Result<Self> {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+        crate::init();
+        let certs = CertificateDer::pem_file_iter(cert)
+            .context("proxy certificate")?
+            .collect::<Result<Vec<_>, _>>()
+            .context("proxy certificate")?;
+        let key = PrivateKeyDer::from_pem_file(key).context("proxy key")?;
+        let config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .context("proxy TLS config")?;
+        Self::start_with(upstream, Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
+    }
+
+    async fn start_with(upstream: &str, tls: Acceptor) -> Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let state: Arc<Mutex<State>> = Arc::default();
+        let client = reqwest::Client::builder()
+            .tls_danger_accept_invalid_certs(true)
+            .timeout(Duration::from_secs(120))
+            .build()?;
+        let upstream = upstream.trim_end_matches('/').to_string();
+        let shared = state.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (state, client, upstream, tls) = (shared.clone(), client.clone(), upstream.clone(), tls.clone());
+                tokio::spawn(async move {
+                    let service = service_fn(move |req: Request<Incoming>| {
+                        let (state, client, upstream) = (state.clone(), client.clone(), upstream.clone());
+                        async move { Ok::<_, Infallible>(handle(req, &state, &client, &upstream).await) }
+                    });
+                    let builder = hyper::server::conn::http1::Builder::new();
+                    match tls {
+                        Some(acceptor) => {
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+                            }
+                        }
+                        None => {
+                            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+                        }
+                    }
+                });
+            }
+        });
+        Ok(Self { addr, state, task })
+    }
+
+    /// The proxy's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Adds a rule (rules are tried in order; the first match wins).
+    pub fn add(&self, rule: Rule) {
+        self.state.lock().expect("proxy state").rules.push(rule);
+    }
+
+    /// Removes every rule.
+    pub fn clear(&self) {
+        self.state.lock().expect("proxy state").rules.clear();
+    }
+
+    /// Requests seen, by SOAP method or path.
+    pub fn counts(&self) -> BTreeMap<String, usize> {
+        self.state.lock().expect("proxy state").counts.clone()
+    }
+
+    /// Requests answered by a rule so far.
+    pub fn faulted(&self) -> usize {
+        self.state.lock().expect("proxy state").faulted
+    }
+}
+
+enum Outcome {
+    Answer(Response<Full<Bytes>>),
+    Forward,
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    state: &Mutex<State>,
+    client: &reqwest::Client,
+    upstream: &str,
+) -> Response<Full<Bytes>> {
+    let (parts, body) = req.into_parts();
+    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let text = String::from_utf8_lossy(&body).to_string();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".into());
+    let action = {
+        let mut s = state.lock().expect("proxy state");
+        *s.counts.entry(request_kind(&path, &text)).or_default() += 1;
+        let haystack = format!("{path}\n{text}");
+        let found = s
+            .rules
+            .iter()
+            .find(|r| r.matches.iter().all(|m| haystack.contains(m.as_str())))
+            .map(|r| r.action.clone());
+        if found.is_some() {
+            s.faulted += 1;
+        }
+        found
+    };
+    let outcome = match action {
+        None => Outcome::Forward,
+        Some(Action::Delay(d)) => {
+            tokio::time::sleep(d).await;
+            Outcome::Forward
+        }
+        Some(Action::Hang) => {
+            std::future::pending::<()>().await;
+            Outcome::Forward
+        }
+        Some(Action::Drop) => {
+            // An empty 502 closes the exchange without a usable answer; hyper then closes the
+            // connection because of the "connection: close" header.
+            let mut r = Response::new(Full::new(Bytes::new()));
+            *r.status_mut() = StatusCode::BAD_GATEWAY;
+            r.headers_mut()
+                .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+            Outcome::Answer(r)
+        }
+        Some(Action::Respond { status, body }) => {
+            let mut r = Response::new(Full::new(Bytes::from(body)));
+            *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("text/xml; charset=utf-8"),
+            );
+            Outcome::Answer(r)
+        }
+    };
+    if let Outcome::Answer(r) = outcome {
+        return r;
+    }
+    let mut forward = client.request(parts.method.clone(), format!("{upstream}{path}"));
+    for (name, value) in &parts.headers {
+        if !matches!(name.as_str(), "host" | "content-length" | "connection" | "transfer-encoding") {
+            forward = forward.header(name, value);
+        }
+    }
+    match forward.body(body).send().await {
+        Ok(resp) => {
+            let status = resp.status();
+            let headers = resp.headers().clone();
+            let bytes = resp.bytes().await.unwrap_or_default();
+            let mut r = Response::new(Full::new(bytes));
+            *r.status_mut() = status;
+            for (name, value) in &headers {
+                if !matches!(name.as_str(), "content-length" | "connection" | "transfer-encoding") {
+                    r.headers_mut().append(name, value.clone());
+                }
+            }
+            r
+        }
+        Err(_) => {
+            let mut r = Response::new(Full::new(Bytes::new()));
+            *r.status_mut() = StatusCode::BAD_GATEWAY;
+            r
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn soap_methods_are_named() {
+        assert_eq!(
+            super::request_kind("/sdk", "<Envelope><Body><FindByUuid xmlns=\"urn:vim25\"><x/></FindByUuid>"),
+            "FindByUuid"
+        );
+        assert_eq!(super::request_kind("/rest/x", "{}"), "/rest/x");
+    }
+}
