@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Shared by the hack/bench-*.sh scripts (sourced): `bench_main <bench binary> [args...]`
-# installs the test servers, builds cloud-controller-manager-aws (release with `--release`
+# installs the test servers, builds $BENCH_CCM (default cloud-controller-manager-aws; release with `--release`
 # given before `--`, debug otherwise) and runs the benchmark binary of `tests/` with the other
 # arguments.
 bench_main() {
@@ -16,6 +16,6 @@ bench_main() {
     [[ "$a" == -- ]] && after_separator=1
     args+=("$a")
   done
-  cargo build --quiet "${profile[@]}" --bin cloud-controller-manager-aws
+  cargo build --quiet "${profile[@]}" --bin "${BENCH_CCM:-cloud-controller-manager-aws}"
   exec cargo run --quiet -p rcp-e2e --bin "$bench" -- "${args[@]}"
 }

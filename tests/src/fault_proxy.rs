@@ -147,7 +147,8 @@ impl FaultProxy {
         let shared = state.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let (state, client, upstream, tls) = (shared.clone(), client.clone(), upstream.clone(), tls.clone());
+                let (state, client, upstream, tls) =
+                    (shared.clone(), client.clone(), upstream.clone(), tls.clone());
                 tokio::spawn(async move {
                     let service = service_fn(move |req: Request<Incoming>| {
                         let (state, client, upstream) = (state.clone(), client.clone(), upstream.clone());
@@ -263,7 +264,10 @@ async fn handle(
     }
     let mut forward = client.request(parts.method.clone(), format!("{upstream}{path}"));
     for (name, value) in &parts.headers {
-        if !matches!(name.as_str(), "host" | "content-length" | "connection" | "transfer-encoding") {
+        if !matches!(
+            name.as_str(),
+            "host" | "content-length" | "connection" | "transfer-encoding"
+        ) {
             forward = forward.header(name, value);
         }
     }
@@ -275,7 +279,10 @@ async fn handle(
             let mut r = Response::new(Full::new(bytes));
             *r.status_mut() = status;
             for (name, value) in &headers {
-                if !matches!(name.as_str(), "content-length" | "connection" | "transfer-encoding") {
+                if !matches!(
+                    name.as_str(),
+                    "content-length" | "connection" | "transfer-encoding"
+                ) {
                     r.headers_mut().append(name, value.clone());
                 }
             }
@@ -294,7 +301,10 @@ mod tests {
     #[test]
     fn soap_methods_are_named() {
         assert_eq!(
-            super::request_kind("/sdk", "<Envelope><Body><FindByUuid xmlns=\"urn:vim25\"><x/></FindByUuid>"),
+            super::request_kind(
+                "/sdk",
+                "<Envelope><Body><FindByUuid xmlns=\"urn:vim25\"><x/></FindByUuid>"
+            ),
             "FindByUuid"
         );
         assert_eq!(super::request_kind("/rest/x", "{}"), "/rest/x");

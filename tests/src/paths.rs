@@ -56,6 +56,12 @@ pub fn workspace_root() -> PathBuf {
 /// dev profile, so after `cargo test` it is a quick no-op; `RCP_CCM_PROFILE=release` (set by
 /// the benchmarks' `--release`) uses the release profile instead.
 pub fn workspace_binary(name: &str) -> Result<PathBuf> {
+    // Benchmarks compare builds: `RCP_CCM_BINARY` replaces every cloud-controller-manager.
+    if name.starts_with("cloud-controller-manager-")
+        && let Some(path) = std::env::var_os("RCP_CCM_BINARY")
+    {
+        return Ok(PathBuf::from(path));
+    }
     static BUILT: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
     let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
     let mut built = built.lock().unwrap_or_else(|e| e.into_inner());

@@ -102,7 +102,10 @@ impl Vcsim {
 
     /// The TLS certificate and key (PEM) vcsim serves, e.g. for a proxy in front of it.
     pub fn tls_files(&self) -> (std::path::PathBuf, std::path::PathBuf) {
-        (self._dir.path().join("vcsim.crt"), self._dir.path().join("vcsim.key"))
+        (
+            self._dir.path().join("vcsim.crt"),
+            self._dir.path().join("vcsim.key"),
+        )
     }
 
     /// SOAP sessions vcsim holds whose user agent is `agent` (`govc session.ls`).

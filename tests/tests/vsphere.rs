@@ -9,10 +9,7 @@ use k8s_cloud_provider::{
     well_known::TAINT_SHUTDOWN,
 };
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
-use kube::{
-    Api,
-    api::PostParams,
-};
+use kube::{Api, api::PostParams};
 use rcp_e2e::{
     TestCluster, Vcsim,
     ccm::CcmProcess,
@@ -323,6 +320,35 @@ async fn tls_is_verified_unless_pinned_or_explicitly_insecure() -> Result<()> {
     Client::new("127.0.0.1", port(&vcsim), &with_ca, good.clone())?
         .login()
         .await?;
+    // govmomi's semantics: the thumbprint is consulted only when the chain does not verify, so
+    // a trusted chain with a stale thumbprint still works ...
+    let trusted_with_stale_thumbprint = TlsOptions {
+        ca_pem: Some(vcsim.ca_pem()?),
+        thumbprint: wrong.thumbprint.clone(),
+        ..Default::default()
+    };
+    Client::new(
+        "127.0.0.1",
+        port(&vcsim),
+        &trusted_with_stale_thumbprint,
+        good.clone(),
+    )?
+    .login()
+    .await?;
+    // ... and insecure skips the thumbprint too.
+    let insecure_with_wrong_thumbprint = TlsOptions {
+        insecure: true,
+        thumbprint: wrong.thumbprint.clone(),
+        ..Default::default()
+    };
+    Client::new(
+        "127.0.0.1",
+        port(&vcsim),
+        &insecure_with_wrong_thumbprint,
+        good.clone(),
+    )?
+    .login()
+    .await?;
     // Insecure only when asked.
     let insecure = TlsOptions {
         insecure: true,

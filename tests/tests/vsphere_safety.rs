@@ -76,7 +76,10 @@ async fn wait_metric_growth(ccm: &CcmProcess, name: &str, by: f64) -> Result<f64
     .with_context(|| {
         let log = ccm.log();
         let tail: Vec<&str> = log.lines().rev().take(40).collect();
-        format!("CCM log (last lines):\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"))
+        format!(
+            "CCM log (last lines):\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        )
     })
 }
 
@@ -101,7 +104,9 @@ async fn doubt_never_deletes_a_node_and_proof_does() -> Result<()> {
         proxy.port()
     );
     let nodes: Api<Node> = Api::all(cluster.client().await?);
-    let uuids: Vec<String> = (0..3).map(|i| vcsim.vm_uuid(&vm_name(i))).collect::<Result<_>>()?;
+    let uuids: Vec<String> = (0..3)
+        .map(|i| vcsim.vm_uuid(&vm_name(i)))
+        .collect::<Result<_>>()?;
     for (i, uuid) in uuids.iter().enumerate() {
         not_ready_node(&nodes, &format!("node-{i}"), &format!("vsphere://{uuid}")).await?;
     }
@@ -114,7 +119,10 @@ async fn doubt_never_deletes_a_node_and_proof_does() -> Result<()> {
     let ccm = start_ccm(&cluster, &yaml, "ccm-no-datacenter", &[])?;
     wait_metric_growth(&ccm, EXISTENCE_UNKNOWN, 6.0).await?;
     for i in 0..3 {
-        assert!(nodes.get_opt(&format!("node-{i}")).await?.is_some(), "node-{i} kept");
+        assert!(
+            nodes.get_opt(&format!("node-{i}")).await?.is_some(),
+            "node-{i} kept"
+        );
     }
     assert!(
         warning_mentions(&cluster, "node-0", "sees no datacenter").await?,
@@ -137,9 +145,15 @@ async fn doubt_never_deletes_a_node_and_proof_does() -> Result<()> {
     })
     .await?;
     let moref = vcsim.vm_moref(&vm_name(1))?;
-    proxy.add(Rule::new(&["FindByUuid", &uuids[1]], Action::empty_soap("FindByUuid")));
     proxy.add(Rule::new(
-        &["RetrievePropertiesEx", &format!("type=\"VirtualMachine\">{moref}<")],
+        &["FindByUuid", &uuids[1]],
+        Action::empty_soap("FindByUuid"),
+    ));
+    proxy.add(Rule::new(
+        &[
+            "RetrievePropertiesEx",
+            &format!("type=\"VirtualMachine\">{moref}<"),
+        ],
         Action::empty_soap("RetrievePropertiesEx"),
     ));
     wait_metric_growth(&ccm, EXISTENCE_UNKNOWN, 3.0).await?;
@@ -176,7 +190,12 @@ async fn one_vcenter_down_blocks_neither_the_others_nor_keeps_hostile_nodes_from
     })?;
     b.set_guest_identity("/DC1/vm/DC1_C0_RP0_VM0", "10.30.0.10", "b-node")?;
     let b_uuid = b
-        .govc(&["object.collect", "-s", "/DC1/vm/DC1_C0_RP0_VM0", "summary.config.uuid"])?
+        .govc(&[
+            "object.collect",
+            "-s",
+            "/DC1/vm/DC1_C0_RP0_VM0",
+            "summary.config.uuid",
+        ])?
         .trim()
         .to_ascii_lowercase();
     // vcsim derives UUIDs from the inventory, so vCenter b has VMs with vCenter a's UUIDs: the
@@ -197,7 +216,9 @@ async fn one_vcenter_down_blocks_neither_the_others_nor_keeps_hostile_nodes_from
     let mut ccm = start_ccm(&cluster, &yaml, "ccm-two-vcenters", &[])?;
 
     // A node of vCenter b initialises although vCenter a does not answer.
-    nodes.create(&PostParams::default(), &tainted_node("b-node")).await?;
+    nodes
+        .create(&PostParams::default(), &tainted_node("b-node"))
+        .await?;
     set_system_uuid(&nodes, "b-node", &b_uuid).await?;
     let n = wait_for("b-node initialised", T, || initialised(&nodes, "b-node")).await?;
     assert_eq!(
@@ -210,9 +231,16 @@ async fn one_vcenter_down_blocks_neither_the_others_nor_keeps_hostile_nodes_from
     assert!(warning_mentions(&cluster, "a-node", "vCenter a").await?);
 
     // Hostile node fields: an error event each, and the controllers keep running.
-    nodes.create(&PostParams::default(), &tainted_node("hostile-uuid")).await?;
+    nodes
+        .create(&PostParams::default(), &tainted_node("hostile-uuid"))
+        .await?;
     set_system_uuid(&nodes, "hostile-uuid", "ééééééé-éééé-éééé-éééé-é\u{0}éééééééééé").await?;
-    not_ready_node(&nodes, "hostile-provider-id", "vsphere://zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz/../x").await?;
+    not_ready_node(
+        &nodes,
+        "hostile-provider-id",
+        "vsphere://zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz/../x",
+    )
+    .await?;
     for (node, needle) in [
         ("hostile-uuid", "is not a UUID"),
         ("hostile-provider-id", "is not a UUID"),
@@ -227,10 +255,17 @@ async fn one_vcenter_down_blocks_neither_the_others_nor_keeps_hostile_nodes_from
     // with that name could be in the one that is down.)
     b.set_guest_identity("/DC1/vm/DC1_C0_RP0_VM1", "10.30.0.11", "b-node-2")?;
     let uuid_2 = b
-        .govc(&["object.collect", "-s", "/DC1/vm/DC1_C0_RP0_VM1", "summary.config.uuid"])?
+        .govc(&[
+            "object.collect",
+            "-s",
+            "/DC1/vm/DC1_C0_RP0_VM1",
+            "summary.config.uuid",
+        ])?
         .trim()
         .to_ascii_lowercase();
-    nodes.create(&PostParams::default(), &tainted_node("b-node-2")).await?;
+    nodes
+        .create(&PostParams::default(), &tainted_node("b-node-2"))
+        .await?;
     set_system_uuid(&nodes, "b-node-2", &uuid_2).await?;
     wait_for("b-node-2 initialised", T, || initialised(&nodes, "b-node-2")).await?;
     Ok(())
@@ -244,8 +279,14 @@ async fn put_secret(secrets: &Api<Secret>, password: &str) -> Result<()> {
         },
         data: Some(
             [
-                ("127.0.0.1.username".to_string(), ByteString(b"k8s-user@vsphere.local".to_vec())),
-                ("127.0.0.1.password".to_string(), ByteString(password.as_bytes().to_vec())),
+                (
+                    "127.0.0.1.username".to_string(),
+                    ByteString(b"k8s-user@vsphere.local".to_vec()),
+                ),
+                (
+                    "127.0.0.1.password".to_string(),
+                    ByteString(password.as_bytes().to_vec()),
+                ),
             ]
             .into(),
         ),
@@ -272,7 +313,9 @@ async fn rotated_passwords_are_picked_up_and_a_wrong_one_is_not_hammered() -> Re
     let mut vcsim = Vcsim::start_with(small_model(3))?;
     assert_eq!(vcsim.username(), "k8s-user@vsphere.local");
     vcsim.identify(3)?;
-    let uuids: Vec<String> = (0..3).map(|i| vcsim.vm_uuid(&vm_name(i))).collect::<Result<_>>()?;
+    let uuids: Vec<String> = (0..3)
+        .map(|i| vcsim.vm_uuid(&vm_name(i)))
+        .collect::<Result<_>>()?;
     let client = cluster.client().await?;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "kube-system");
     put_secret(&secrets, vcsim.password()).await?;
@@ -300,7 +343,10 @@ async fn rotated_passwords_are_picked_up_and_a_wrong_one_is_not_hammered() -> Re
     vcsim.identify(3)?;
     put_secret(&secrets, "rotated-2").await?;
     add(1).await?;
-    wait_for("n1 initialised with the rotated password", T, || initialised(&nodes, "n1")).await?;
+    wait_for("n1 initialised with the rotated password", T, || {
+        initialised(&nodes, "n1")
+    })
+    .await?;
     let after_rotation = metric(&ccm, SOAP_LOGINS).await;
 
     // A wrong password in the Secret: one login attempt, then a long back-off, no loop.
@@ -318,7 +364,10 @@ async fn rotated_passwords_are_picked_up_and_a_wrong_one_is_not_hammered() -> Re
     assert!(initialised(&nodes, "n2").await.is_none());
     // The right password goes at once (new credentials are not held back).
     put_secret(&secrets, "rotated-3").await?;
-    wait_for("n2 initialised once the Secret is fixed", T, || initialised(&nodes, "n2")).await?;
+    wait_for("n2 initialised once the Secret is fixed", T, || {
+        initialised(&nodes, "n2")
+    })
+    .await?;
     assert!(!ccm.log().contains("rotated-"), "no password in the log");
     Ok(())
 }
@@ -328,7 +377,9 @@ async fn a_vcenter_restart_costs_one_login_and_shutdown_logs_out() -> Result<()>
     let cluster = TestCluster::start().await?;
     let mut vcsim = Vcsim::start_with(small_model(2))?;
     vcsim.identify(2)?;
-    let uuids: Vec<String> = (0..2).map(|i| vcsim.vm_uuid(&vm_name(i))).collect::<Result<_>>()?;
+    let uuids: Vec<String> = (0..2)
+        .map(|i| vcsim.vm_uuid(&vm_name(i)))
+        .collect::<Result<_>>()?;
     let yaml = format!(
         "global:\n  user: {}\n  password: {}\n  port: {}\n  insecureFlag: true\nvcenter:\n  sim:\n    server: 127.0.0.1\n",
         serde_json::to_string(vcsim.username())?,
@@ -356,5 +407,31 @@ async fn a_vcenter_restart_costs_one_login_and_shutdown_logs_out() -> Result<()>
     ccm.signal(Signal::SIGTERM)?;
     ccm.wait_exit(Duration::from_secs(30))?;
     assert_eq!(vcsim.sessions_of(AGENT)?, 0, "the CCM logged out on shutdown");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_changed_config_file_stops_the_ccm_gracefully_so_that_it_restarts() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let vcsim = Vcsim::start_with(small_model(1))?;
+    let yaml = format!(
+        "global:\n  user: {}\n  password: {}\n  port: {}\n  insecureFlag: true\nvcenter:\n  sim:\n    server: 127.0.0.1\n",
+        serde_json::to_string(vcsim.username())?,
+        serde_json::to_string(vcsim.password())?,
+        port_of(vcsim.host_port())
+    );
+    let mut ccm = start_ccm(&cluster, &yaml, "ccm-config-change", &[])?;
+    wait_for("CCM healthy", T, || async {
+        (ccm.get("/healthz").await.ok()?.0 == 200).then_some(())
+    })
+    .await?;
+    let path = cluster.dir().join("ccm-config-change.yaml");
+    std::fs::write(&path, format!("{yaml}labels:\n  zone: z\n  region: r\n"))?;
+    let code = ccm.wait_exit(Duration::from_secs(30))?;
+    assert_eq!(code, Some(1), "exit 1 so that the pod is restarted");
+    assert!(
+        ccm.log().contains("the cloud config file changed"),
+        "the log says why"
+    );
     Ok(())
 }

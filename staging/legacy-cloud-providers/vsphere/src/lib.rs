@@ -1,20 +1,39 @@
 //! The staged vSphere cloud provider (the counterpart of `legacy-cloud-providers/vsphere` and
 //! of `cloud-provider-vsphere`'s CPI), on the [`vsphere_api`] bindings.
 //!
-//! Implemented (spec Part B, newest CPI behaviour): the config ([`config`], B1: YAML, CPI INI,
-//! in-tree INI, environment, Secret / secrets-directory credentials), `InstancesV2` (VS-01…18):
-//! look-up by system UUID in both byte orders, then guest DNS name (ambiguity is an error),
-//! then IP; provider IDs `vsphere://<uuid>`; addresses by VS-08…10; the instance type string;
-//! zone/region from tag categories walking host → resource pool → VM with their ancestors.
-//! One SOAP and one REST session per vCenter, reused by every look-up.
+//! Implemented (spec Part B, newest CPI behaviour): the config ([`config`], B1: YAML with
+//! scalars kept as written, CPI INI, in-tree INI, environment, Secret / secrets-directory
+//! credentials), `InstancesV2` (VS-01…18): look-up by system UUID in both byte orders, then
+//! guest DNS name (ambiguity is an error), then IP; provider IDs `vsphere://<uuid>`; addresses
+//! by VS-08…10 with cloud-init's static addresses first (VS-09, [`guestinfo`]); upstream's
+//! instance-type names (VS-12, [`guest_os`]); zone/region from tag categories walking host →
+//! resource pool → VM with their ancestors, in one PropertyCollector traversal and one bulk
+//! tag read. One SOAP and one REST session per vCenter, reused by every look-up, logged out on
+//! shutdown.
 //!
-//! A Node is reported gone only when vCenter positively says so: a UUID no datacenter knows
-//! and, for a VM seen before, `ManagedObjectNotFound` on its reference. Authentication and
-//! connection errors are errors (cp-vs#479), never "gone".
+//! **A Node is reported gone only on positive proof**: a search that covered every configured
+//! vCenter and datacenter without an error and found nothing (and, for a VM seen before,
+//! `ManagedObjectNotFound` on its reference). A vCenter that fails, an account that sees no
+//! datacenter, an empty property answer for a known VM (not visible to the account), rejected
+//! credentials, or a malformed providerID / `systemUUID` are errors: the node-lifecycle
+//! controller keeps the Node and says why (cp-vs#479, cp-vs#642). vCenters are searched
+//! independently: one that is down does not stop look-ups in the others (but a search by
+//! guest host name then fails, since a second VM with that name could be in the one that is
+//! down).
 //!
-//! Not implemented: NSX-T load balancers and routes (out of scope), the shared session manager
-//! and certificate (solution user) logins, cloud-init `guestinfo` static-IP preference (VS-09),
-//! and the legacy `Instances` interface (the controllers use `InstancesV2`).
+//! Credentials are read at every login (a rotated Secret or secrets-directory file is used
+//! without a restart); rejected credentials are not sent again for minutes unless they changed
+//! (vCenter SSO locks accounts), and concurrent callers share one re-login ([`vsphere_api::login`]).
+//!
+//! Deliberate differences: a VM that becomes invisible to the account *after a restart of
+//! the CCM* (no reference remembered) cannot be told apart from a destroyed one, as upstream;
+//! the `ethernets` of a guestinfo network config are taken in document order (upstream: Go
+//! map order); the config file is watched by content every 2 s and a change stops the CCM
+//! gracefully (exit 1) rather than with a fatal log.
+//!
+//! Not implemented: NSX-T load balancers and routes (out of scope: no emulator), the shared
+//! session manager (its Secret keys are accepted and ignored) and certificate (solution user)
+//! logins, and the legacy `Instances` interface (the controllers use `InstancesV2`).
 
 pub mod config;
 pub mod guest_os;
