@@ -380,8 +380,9 @@ async fn a_vcenter_restart_costs_one_login_and_shutdown_logs_out() -> Result<()>
     let uuids: Vec<String> = (0..2)
         .map(|i| vcsim.vm_uuid(&vm_name(i)))
         .collect::<Result<_>>()?;
+    // (The datacenter is named by its inventory path.)
     let yaml = format!(
-        "global:\n  user: {}\n  password: {}\n  port: {}\n  insecureFlag: true\nvcenter:\n  sim:\n    server: 127.0.0.1\n",
+        "global:\n  user: {}\n  password: {}\n  port: {}\n  insecureFlag: true\n  datacenters: [/DC0]\nvcenter:\n  sim:\n    server: 127.0.0.1\n",
         serde_json::to_string(vcsim.username())?,
         serde_json::to_string(vcsim.password())?,
         port_of(vcsim.host_port())
