@@ -141,7 +141,7 @@ mod tests {
                 .unwrap_err()
                 .contains("not base64")
         );
-        let bad_net = format!("network.encoding: b64\nnetwork: \"***\"\n");
+        let bad_net = "network.encoding: b64\nnetwork: \"***\"\n";
         assert!(
             static_addresses(&extra(&b64(bad_net.as_bytes()), "base64"))
                 .unwrap_err()

@@ -275,9 +275,12 @@ pub struct VsphereCloud {
     /// The VM last found for each Node name (VS-15), pruned to the informer's Nodes.
     seen: Mutex<HashMap<String, VmRef>>,
     nodes: Mutex<Option<k8s_controller_manager::informer::Store<Node>>>,
-    tags: Mutex<HashMap<String, ((String, String), std::time::Instant)>>,
+    tags: Mutex<HashMap<String, (TagInfo, std::time::Instant)>>,
     categories: Mutex<HashMap<String, (String, std::time::Instant)>>,
 }
+
+/// A tag's name and category ID.
+type TagInfo = (String, String);
 
 /// How long tag and category names are cached.
 pub const TAG_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(600);
@@ -719,7 +722,10 @@ async fn read_credentials(
     let has_other_source = !vc.secret_name.is_empty()
         || !configured_dir.is_empty()
         || std::path::Path::new(DEFAULT_SECRETS_DIRECTORY).is_dir();
-    if !vc.user.is_empty() && !vc.password.is_empty() && !(previous_rejected && has_other_source) {
+    let configured = !vc.user.is_empty() && !vc.password.is_empty();
+    // After vCenter rejected them, the file's credentials give way to the Secret/directory.
+    let skip_configured = previous_rejected && has_other_source;
+    if configured && !skip_configured {
         return Ok(Credentials {
             username: vc.user.clone(),
             password: vc.password.clone(),
