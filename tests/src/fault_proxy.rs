@@ -18,7 +18,8 @@ use std::{
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use futures::StreamExt;
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hyper::{Request, Response, StatusCode, body::Incoming, service::service_fn};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
@@ -135,13 +136,27 @@ impl FaultProxy {
         Self::start_with(upstream, Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
     }
 
+    /// A TLS proxy in front of `upstream` with a fresh self-signed certificate for 127.0.0.1
+    /// (for clients that skip verification, e.g. the tests' kubeconfigs).
+    pub async fn start_tls_self_signed(upstream: &str) -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let generated =
+            rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+                .context("generating the proxy's certificate")?;
+        let (cert, key) = (dir.path().join("proxy.crt"), dir.path().join("proxy.key"));
+        std::fs::write(&cert, generated.cert.pem())?;
+        std::fs::write(&key, generated.signing_key.serialize_pem())?;
+        Self::start_tls(upstream, &cert, &key).await
+    }
+
     async fn start_with(upstream: &str, tls: Acceptor) -> Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let state: Arc<Mutex<State>> = Arc::default();
+        // No overall timeout: watches stream for minutes (answers are streamed through).
         let client = reqwest::Client::builder()
             .tls_danger_accept_invalid_certs(true)
-            .timeout(Duration::from_secs(120))
+            .connect_timeout(Duration::from_secs(10))
             .build()?;
         let upstream = upstream.trim_end_matches('/').to_string();
         let shared = state.clone();
@@ -197,8 +212,14 @@ impl FaultProxy {
     }
 }
 
+type ProxyBody = BoxBody<Bytes, std::io::Error>;
+
+fn full(bytes: impl Into<Bytes>) -> ProxyBody {
+    Full::new(bytes.into()).map_err(|never| match never {}).boxed()
+}
+
 enum Outcome {
-    Answer(Response<Full<Bytes>>),
+    Answer(Response<ProxyBody>),
     Forward,
 }
 
@@ -207,7 +228,7 @@ async fn handle(
     state: &Mutex<State>,
     client: &reqwest::Client,
     upstream: &str,
-) -> Response<Full<Bytes>> {
+) -> Response<ProxyBody> {
     let (parts, body) = req.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     let text = String::from_utf8_lossy(&body).to_string();
@@ -243,14 +264,14 @@ async fn handle(
         Some(Action::Drop) => {
             // An empty 502 closes the exchange without a usable answer; hyper then closes the
             // connection because of the "connection: close" header.
-            let mut r = Response::new(Full::new(Bytes::new()));
+            let mut r = Response::new(full(Bytes::new()));
             *r.status_mut() = StatusCode::BAD_GATEWAY;
             r.headers_mut()
                 .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
             Outcome::Answer(r)
         }
         Some(Action::Respond { status, body }) => {
-            let mut r = Response::new(Full::new(Bytes::from(body)));
+            let mut r = Response::new(full(body));
             *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             r.headers_mut().insert(
                 http::header::CONTENT_TYPE,
@@ -275,8 +296,10 @@ async fn handle(
         Ok(resp) => {
             let status = resp.status();
             let headers = resp.headers().clone();
-            let bytes = resp.bytes().await.unwrap_or_default();
-            let mut r = Response::new(Full::new(bytes));
+            let stream = resp
+                .bytes_stream()
+                .map(|chunk| chunk.map(hyper::body::Frame::data).map_err(std::io::Error::other));
+            let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
             *r.status_mut() = status;
             for (name, value) in &headers {
                 if !matches!(
@@ -289,7 +312,7 @@ async fn handle(
             r
         }
         Err(_) => {
-            let mut r = Response::new(Full::new(Bytes::new()));
+            let mut r = Response::new(full(Bytes::new()));
             *r.status_mut() = StatusCode::BAD_GATEWAY;
             r
         }

@@ -747,3 +747,95 @@ async fn legacy_instances_path_initialises_with_zones() -> Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn lifecycle_never_deletes_a_node_replaced_while_the_cloud_answered() -> Result<()> {
+    // The cloud says "gone" for the old Node's instance only after 6 s; meanwhile the Node is
+    // deleted and re-created under the same name for a new instance. The delete carries the
+    // old UID as precondition, so the new Node survives.
+    let cluster = TestCluster::start().await?;
+    let client = cluster.client().await?;
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.add_instance("replacement", FakeInstance::new("fake://new"));
+    let nodes: Api<Node> = Api::all(client.clone());
+    create_initialised(&nodes, "swapped", "fake://old").await?;
+    set_ready(&nodes, "swapped", "False").await?;
+    cloud.set_latency(Duration::from_secs(6));
+    let config = ControllersConfig {
+        node_monitor_period: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let _c = start_controllers(client.clone(), cloud.clone(), config, &[nodelifecycle::NAME]).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        cloud.calls_starting_with("InstanceExists swapped").is_empty(),
+        "the first check is still in flight"
+    );
+    nodes.delete("swapped", &Default::default()).await?;
+    wait_for("old Node gone", T, || async {
+        nodes.get_opt("swapped").await.ok()?.is_none().then_some(())
+    })
+    .await?;
+    create_initialised(&nodes, "swapped", "fake://new").await?;
+    set_ready(&nodes, "swapped", "False").await?;
+    let new_uid = nodes.get("swapped").await?.metadata.uid;
+    wait_for(
+        "the in-flight check answered (gone) and a second check ran",
+        T,
+        || async { (cloud.calls_starting_with("InstanceExists swapped").len() >= 2).then_some(()) },
+    )
+    .await?;
+    let now = nodes.get_opt("swapped").await?;
+    assert_eq!(
+        now.and_then(|n| n.metadata.uid),
+        new_uid,
+        "the replacement Node was not deleted for the old instance"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_hung_cloud_call_times_out_and_never_stalls_the_other_services() -> Result<()> {
+    // One service worker (the default) and a cloud whose EnsureLoadBalancer never returns for
+    // one Service: that call is abandoned after --cloud-call-timeout, a Warning says why, and
+    // the next Service still gets its load balancer.
+    let cluster = TestCluster::start().await?;
+    let client = cluster.client().await?;
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.hang("EnsureLoadBalancer default/stuck");
+    let nodes: Api<Node> = Api::all(client.clone());
+    backend_node(&nodes, "hang-node-1").await?;
+    let config = ControllersConfig {
+        cloud_call_timeout: Duration::from_secs(2),
+        ..Default::default()
+    };
+    let c = start_controllers(client.clone(), cloud.clone(), config, &[service::NAME]).await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    services.create(&PostParams::default(), &lb_service("stuck")).await?;
+    services.create(&PostParams::default(), &lb_service("fine")).await?;
+    wait_for("the other Service's ingress", T, || async {
+        services
+            .get("fine")
+            .await
+            .ok()
+            .filter(|s| ingress_hostname(s).is_some())
+    })
+    .await?;
+    let warning = wait_for("a Warning on the stuck Service", T, || async {
+        events_for(&client, "default", "stuck")
+            .await
+            .ok()?
+            .into_iter()
+            .find(|e| e.0 == "SyncLoadBalancerFailed")
+    })
+    .await?;
+    assert!(warning.1.contains("did not return within 2s"), "{warning:?}");
+    let timeouts = c
+        .ctx
+        .cloud_metrics
+        .cloud_call_timeouts
+        .with_label_values(&["service-lb-controller", "EnsureLoadBalancer"])
+        .get();
+    assert!(timeouts >= 1, "counted: {timeouts}");
+    Ok(())
+}

@@ -206,21 +206,22 @@ async fn a_killed_kcm_hands_over_after_the_lease_expires_without_overlap() -> Re
 fn migration_config_errors_stop_the_start_with_a_reason() -> Result<()> {
     rcp_e2e::init();
     let dir = tempfile::tempdir()?;
-    let unknown = dir.path().join("unknown.yaml");
+    let typo = dir.path().join("typo.yaml");
     std::fs::write(
-        &unknown,
-        "kind: LeaderMigrationConfiguration\napiVersion: controllermanager.config.k8s.io/v1\nleaderName: m\ncontrollerLeaders:\n  - name: route\n    component: \"*\"\n  - name: nodeipam\n    component: \"*\"\n",
+        &typo,
+        "kind: LeaderMigrationConfiguration\napiVersion: controllermanager.config.k8s.io/v1\nleaderName: m\ncontrollerLeaders:\n  - name: route\n    component: \"*\"\n  - name: service\n    component: cloud-controler-manager\n",
     )?;
     let (code, _, stderr) = run_to_exit(
         FAKE,
         &[
             "--enable-leader-migration",
-            &format!("--leader-migration-config={}", unknown.display()),
+            &format!("--leader-migration-config={}", typo.display()),
         ],
     )?;
     assert_ne!(code, 0);
     assert!(
-        stderr.contains("controllerLeaders[1]: \"nodeipam\" is not a controller of this component"),
+        stderr
+            .contains("controllerLeaders[1] (service): component \"cloud-controler-manager\" must be one of"),
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -236,6 +237,43 @@ fn migration_config_errors_stop_the_start_with_a_reason() -> Result<()> {
     assert!(
         stderr.contains("--leader-migration-config /nonexistent.yaml"),
         "{stderr}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_config_naming_the_other_components_controllers_starts_with_a_warning() -> Result<()> {
+    // One file for both components: kube-controller-manager's `nodeipam` means nothing here.
+    let cluster = TestCluster::start().await?;
+    let cloud = cluster.dir().join("fake.json");
+    std::fs::write(&cloud, "{}")?;
+    let config = cluster.dir().join("shared-migration.yaml");
+    std::fs::write(
+        &config,
+        "kind: LeaderMigrationConfiguration\napiVersion: controllermanager.config.k8s.io/v1\nleaderName: cloud-provider-extraction-migration\ncontrollerLeaders:\n  - name: route\n    component: \"*\"\n  - name: service\n    component: \"*\"\n  - name: cloud-node-lifecycle\n    component: \"*\"\n  - name: nodeipam\n    component: kube-controller-manager\n",
+    )?;
+    let ccm = CcmProcess::start(
+        FAKE,
+        "ccm-shared-config",
+        cluster.kubeconfig_path(),
+        cluster.dir(),
+        &[
+            format!("--cloud-config={}", cloud.display()),
+            "--cluster-cidr=10.244.0.0/16".into(),
+            "--enable-leader-migration".into(),
+            format!("--leader-migration-config={}", config.display()),
+        ],
+    )?;
+    wait_for(
+        "the migrated controllers run",
+        Duration::from_secs(60),
+        || async { ccm_runs_migrated(&ccm).await.then_some(()) },
+    )
+    .await?;
+    assert!(
+        ccm.log()
+            .contains("\"nodeipam\" is not a controller of this component"),
+        "the unknown entry is logged"
     );
     Ok(())
 }

@@ -134,6 +134,8 @@ pub struct FakeCloud {
     state: Arc<Mutex<State>>,
     name: String,
     latency: Arc<Mutex<Duration>>,
+    /// Calls (`"<method> <detail>"` prefixes) that never return.
+    hangs: Arc<Mutex<Vec<String>>>,
     /// Offer `InstancesV2` (default true).
     pub enable_instances_v2: bool,
     /// Offer legacy `Instances` + `Zones` (default true; used when V2 is off).
@@ -165,6 +167,7 @@ impl FakeCloud {
             state: Arc::default(),
             name: "fake".into(),
             latency: Arc::default(),
+            hangs: Arc::default(),
             enable_instances_v2: true,
             enable_instances: true,
             enable_load_balancer: true,
@@ -202,6 +205,12 @@ impl FakeCloud {
     /// Makes every call take this long.
     pub fn set_latency(&self, latency: Duration) {
         *self.latency.lock() = latency;
+    }
+
+    /// Makes the calls whose `"<method> <detail>"` starts with `prefix` never return (a hung
+    /// cloud API), e.g. `"EnsureLoadBalancer default/slow"`.
+    pub fn hang(&self, prefix: &str) {
+        self.hangs.lock().push(prefix.to_string());
     }
 
     /// Every call so far.
@@ -244,6 +253,10 @@ impl FakeCloud {
         let latency = *self.latency.lock();
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
+        }
+        let call = format!("{method} {detail}");
+        if self.hangs.lock().iter().any(|h| call.starts_with(h.as_str())) {
+            std::future::pending::<()>().await;
         }
         let mut s = self.state.lock();
         s.calls.push(if detail.is_empty() {

@@ -12,6 +12,9 @@
 //!   duration), so a standby takes over within one retry period instead of a whole lease
 //!   duration.
 //!
+//! [`LeaderSession`] keeps a won lease renewed in its own task from the moment it is won until
+//! the holder has drained and releases it; a loss is reported at once.
+//!
 //! `leader_election_master_status{name}` is 1 while leading. [`LeaderElector::check`] is the
 //! `leaderElection` health check: it fails when this process leads but has not renewed for
 //! longer than `lease_duration + 20s`.
@@ -353,6 +356,60 @@ pub fn hostname() -> String {
         .filter(|s| !s.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "localhost".into())
+}
+
+/// A won lease, renewed in its own task from the moment [`LeaderSession::start`] is called
+/// (right after [`LeaderElector::acquire`] returned `true`) until [`LeaderSession::finish`]:
+/// whatever the holder does meanwhile (provider initialisation, token minting,
+/// `--controller-start-interval`, draining on shutdown), the lease stays renewed.
+///
+/// On a loss, `on_lost` runs at once in the renewing task; controller managers exit then (as
+/// upstream's `OnStoppedLeading` does), so no write of this process can follow the moment a
+/// standby may take over.
+pub struct LeaderSession {
+    elector: Arc<LeaderElector>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<HoldOutcome>,
+}
+
+impl std::fmt::Debug for LeaderSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderSession")
+            .field("lease", &self.elector.lease_ref())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaderSession {
+    /// Starts renewing `elector`'s lease; `on_lost` runs when it is lost.
+    pub fn start(elector: Arc<LeaderElector>, on_lost: impl FnOnce() + Send + 'static) -> Self {
+        let stop = CancellationToken::new();
+        let (el, st) = (elector.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            let outcome = el.hold(&st).await;
+            if outcome == HoldOutcome::Lost {
+                on_lost();
+            }
+            outcome
+        });
+        Self { elector, stop, task }
+    }
+
+    /// The elector (e.g. for its health check).
+    pub fn elector(&self) -> &Arc<LeaderElector> {
+        &self.elector
+    }
+
+    /// Stops renewing and releases the lease (if still held): call after the controllers
+    /// stopped. Returns how holding ended.
+    pub async fn finish(self) -> HoldOutcome {
+        self.stop.cancel();
+        let outcome = self.task.await.unwrap_or(HoldOutcome::Lost);
+        if outcome == HoldOutcome::Shutdown {
+            self.elector.release().await;
+        }
+        outcome
+    }
 }
 
 #[cfg(test)]

@@ -24,6 +24,9 @@ use serde::Deserialize;
 
 use crate::controllers::ControllerRegistry;
 
+/// The values `component` may take.
+pub const COMPONENTS: [&str; 3] = ["kube-controller-manager", "cloud-controller-manager", "*"];
+
 /// API group of the configuration.
 pub const GROUP: &str = "controllermanager.config.k8s.io";
 /// Kind of the configuration.
@@ -188,6 +191,12 @@ impl LeaderMigrationConfiguration {
                     "controllerLeaders[{i}] ({name}): component must be set"
                 )));
             }
+            if !COMPONENTS.contains(&component.as_str()) {
+                return Err(ConfigError(format!(
+                    "controllerLeaders[{i}] ({name}): component {component:?} must be one of {}",
+                    COMPONENTS.join(", ")
+                )));
+            }
             controller_leaders.push(ControllerLeader { name, component });
         }
         Ok(Self {
@@ -197,18 +206,23 @@ impl LeaderMigrationConfiguration {
         })
     }
 
-    /// Resolves every entry's name through `registry` (aliases included). An unknown name, or
-    /// two entries naming the same controller, is an error naming the entry.
+    /// Resolves every entry's name through `registry` (aliases included). A name this
+    /// component does not know is logged and skipped — the same file configures the other
+    /// component (e.g. kube-controller-manager's `nodeipam`). Two entries naming the same
+    /// controller are an error naming the entry.
     pub fn resolve(&self, registry: &ControllerRegistry) -> Result<BTreeMap<String, String>, ConfigError> {
         let mut out = BTreeMap::new();
         for (i, l) in self.controller_leaders.iter().enumerate() {
-            let canonical = registry.canonical(&l.name).ok_or_else(|| {
-                ConfigError(format!(
-                    "controllerLeaders[{i}]: {:?} is not a controller of this component (known: {})",
+            let Some(canonical) = registry.canonical(&l.name) else {
+                tracing::warn!(
+                    entry = i,
+                    name = %l.name,
+                    "leader migration: controllerLeaders[{i}] {:?} is not a controller of this component (known: {}); ignored",
                     l.name,
                     registry.known().collect::<Vec<_>>().join(", ")
-                ))
-            })?;
+                );
+                continue;
+            };
             if out.insert(canonical.to_string(), l.component.clone()).is_some() {
                 return Err(ConfigError(format!(
                     "controllerLeaders[{i}]: {:?} names {canonical} a second time",
@@ -316,6 +330,13 @@ controllerLeaders:
             let e = LeaderMigrationConfiguration::parse(&doc).unwrap_err().to_string();
             assert!(e.contains(needle), "{needle:?} not in {e:?}");
         }
+        let typo = DOC_V1_WITH_LOCK.replacen("component: \"*\"", "component: kube-controler-manager", 1);
+        assert!(
+            LeaderMigrationConfiguration::parse(&typo)
+                .unwrap_err()
+                .0
+                .contains("controllerLeaders[0] (route): component \"kube-controler-manager\" must be one of kube-controller-manager, cloud-controller-manager, *")
+        );
         let missing_component = DOC_V1_WITH_LOCK.replacen("    component: \"*\"\n", "", 1);
         assert_eq!(
             LeaderMigrationConfiguration::parse(&missing_component)
@@ -326,7 +347,7 @@ controllerLeaders:
     }
 
     #[test]
-    fn names_resolve_through_aliases_and_unknown_names_fail() {
+    fn names_resolve_through_aliases_and_unknown_names_are_skipped() {
         let r = registry();
         let resolved = LeaderMigrationConfiguration::default_config()
             .resolve(&r)
@@ -344,11 +365,10 @@ controllerLeaders:
             name: "nodeipam".into(),
             component: "*".into(),
         });
-        assert!(
-            c.resolve(&r)
-                .unwrap_err()
-                .0
-                .contains("controllerLeaders[3]: \"nodeipam\" is not a controller")
+        assert_eq!(
+            c.resolve(&r).unwrap().len(),
+            3,
+            "the other component's controller is skipped"
         );
         let mut dup = LeaderMigrationConfiguration::default_config();
         dup.controller_leaders.push(ControllerLeader {

@@ -20,5 +20,6 @@ pub mod informer;
 pub mod leaderelection;
 pub mod leadermigration;
 pub mod metrics;
+pub mod private_files;
 pub mod server;
 pub mod workqueue;

@@ -16,6 +16,7 @@ use std::{
     net::{IpAddr, SocketAddr},
     path::PathBuf,
     sync::Arc,
+    time::Duration,
 };
 
 use bytes::Bytes;
@@ -31,7 +32,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::metrics::Metrics;
 
@@ -189,14 +190,15 @@ fn tls_config(opts: &ServingOptions) -> Result<rustls::ServerConfig, ServerError
                 let cert_pem = generated.cert.pem();
                 let key_pem = generated.signing_key.serialize_pem();
                 if let Some(dir) = &opts.cert_dir {
+                    // The key is a secret: a private directory (0700, ours), files 0600.
                     let write = |ext: &str, data: &str| {
                         let path = dir.join(format!("{}.{ext}", opts.pair_name));
-                        std::fs::create_dir_all(dir)
-                            .and_then(|_| std::fs::write(&path, data))
+                        crate::private_files::ensure_private_dir(dir)
+                            .and_then(|()| crate::private_files::write_private(&path, data.as_bytes()))
                             .map_err(|e| ServerError::Certificate {
                                 flag: "--cert-dir",
-                                path: path.display().to_string(),
-                                reason: e.to_string(),
+                                path: e.path,
+                                reason: e.reason,
                             })
                     };
                     write("crt", &cert_pem)?;
@@ -215,8 +217,32 @@ fn tls_config(opts: &ServingOptions) -> Result<rustls::ServerConfig, ServerError
     Ok(config)
 }
 
-/// Binds and starts serving in the background until `shutdown`. Returns the bound address
-/// (`None` when `--secure-port` is 0).
+/// Limits that keep slow or idle clients from starving the process.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// Connections served at once; further ones are closed at once.
+    pub max_connections: usize,
+    /// Time for the TLS handshake.
+    pub handshake_timeout: Duration,
+    /// Time for a request's headers to arrive (HTTP/1).
+    pub header_read_timeout: Duration,
+    /// Longest life of one connection (keep-alive included).
+    pub max_connection_age: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 128,
+            handshake_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(10),
+            max_connection_age: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Binds and starts serving in the background until `shutdown`, with the default
+/// [`ConnectionLimits`]. Returns the bound address (`None` when `--secure-port` is 0).
 pub async fn serve(
     opts: &ServingOptions,
     endpoints: Endpoints,
@@ -235,32 +261,66 @@ pub async fn serve(
         .local_addr()
         .map_err(|source| ServerError::Bind { addr, source })?;
     info!(address = %local, "Serving securely on {local}");
+    serve_on(
+        listener,
+        acceptor,
+        endpoints,
+        ConnectionLimits::default(),
+        shutdown,
+    );
+    Ok(Some(local))
+}
+
+/// Serves TLS connections from `listener` with `limits` until `shutdown`.
+pub fn serve_on(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    endpoints: Endpoints,
+    limits: ConnectionLimits,
+    shutdown: CancellationToken,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     tokio::spawn(async move {
         loop {
-            let (stream, _) = tokio::select! {
+            let (stream, peer) = tokio::select! {
                 r = listener.accept() => match r {
                     Ok(s) => s,
                     Err(e) => { warn!(error = %e, "accept failed"); continue; }
                 },
                 _ = shutdown.cancelled() => return,
             };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                debug!(peer = %peer, max = limits.max_connections, "too many connections; closing a new one");
+                drop(stream);
+                continue;
+            };
             let acceptor = acceptor.clone();
             let endpoints = endpoints.clone();
             tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(stream).await else {
+                let _slot = slot;
+                let Ok(Ok(tls)) =
+                    tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream)).await
+                else {
                     return;
                 };
                 let service = service_fn(move |req| {
                     let endpoints = endpoints.clone();
                     async move { Ok::<_, Infallible>(handle(&endpoints, req)) }
                 });
-                let _ = auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
+                let mut builder = auto::Builder::new(TokioExecutor::new());
+                builder
+                    .http1()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(limits.header_read_timeout);
+                builder.http2().max_concurrent_streams(16);
+                let _ = tokio::time::timeout(
+                    limits.max_connection_age,
+                    builder.serve_connection(TokioIo::new(tls), service),
+                )
+                .await;
             });
         }
     });
-    Ok(Some(local))
 }
 
 fn handle(endpoints: &Endpoints, req: Request<Incoming>) -> Response<Full<Bytes>> {
@@ -314,6 +374,60 @@ fn text(status: StatusCode, body: String, content_type: &'static str) -> Respons
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn slow_and_idle_clients_cannot_starve_the_server() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let opts = ServingOptions {
+            bind_address: "127.0.0.1".parse().unwrap(),
+            secure_port: 1,
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            cert_dir: None,
+            pair_name: "test".into(),
+        };
+        let acceptor = TlsAcceptor::from(Arc::new(tls_config(&opts).unwrap()));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = ConnectionLimits {
+            max_connections: 4,
+            handshake_timeout: Duration::from_millis(300),
+            header_read_timeout: Duration::from_millis(300),
+            max_connection_age: Duration::from_secs(5),
+        };
+        let shutdown = CancellationToken::new();
+        let endpoints = Endpoints {
+            healthz: HealthChecks::default(),
+            livez: HealthChecks::default(),
+            readyz: HealthChecks::default(),
+            metrics: Arc::new(crate::metrics::Metrics::new()),
+        };
+        serve_on(listener, acceptor, endpoints, limits, shutdown.clone());
+        // Four idle clients take every slot; a fifth is closed at once.
+        let mut idle = Vec::new();
+        for _ in 0..4 {
+            idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut fifth = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _ = fifth.write_all(b"x").await;
+        let mut buf = [0u8; 1];
+        let n = tokio::time::timeout(Duration::from_secs(2), fifth.read(&mut buf)).await;
+        assert!(
+            matches!(n, Ok(Ok(0)) | Ok(Err(_))),
+            "over the cap: closed at once"
+        );
+        // The idle ones never finish a handshake: closed after the handshake timeout.
+        for mut s in idle {
+            let n = tokio::time::timeout(Duration::from_secs(3), s.read(&mut buf)).await;
+            assert!(matches!(n, Ok(Ok(0)) | Ok(Err(_))), "idle connection closed");
+        }
+        // Then the server answers again.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(tokio::net::TcpStream::connect(addr).await.is_ok());
+        shutdown.cancel();
+    }
 
     #[test]
     fn health_report_format() {

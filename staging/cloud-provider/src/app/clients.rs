@@ -5,7 +5,7 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use k8s_controller_manager::client::build_client;
+use k8s_controller_manager::{client::build_client, private_files};
 use k8s_openapi::api::{
     authentication::v1::{TokenRequest, TokenRequestSpec},
     core::v1::ServiceAccount,
@@ -61,25 +61,23 @@ async fn mint_token(root: &Client, name: &str) -> Result<String, String> {
         .ok_or_else(|| format!("TokenRequest for {NAMESPACE}/{name} returned no token"))
 }
 
+/// The private directory for this process's service-account tokens: a new
+/// `cloud-controller-manager-<pid>-<random>` under the temporary directory, mode 0700 (never an
+/// existing directory, so nobody can plant one for us).
 fn token_dir() -> Result<PathBuf, String> {
-    let dir = std::env::temp_dir().join(format!("cloud-controller-manager-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    Ok(dir)
+    static DIR: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        private_files::new_private_dir(
+            &std::env::temp_dir(),
+            &format!("cloud-controller-manager-{}", std::process::id()),
+        )
+        .map_err(|e| e.to_string())
+    })
+    .clone()
 }
 
-fn write_private(path: &PathBuf, token: &str) -> Result<(), String> {
-    use std::{io::Write, os::unix::fs::OpenOptionsExt};
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| format!("writing {}: {e}", tmp.display()))?;
-    f.write_all(token.as_bytes())
-        .map_err(|e| format!("writing {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("writing {}: {e}", path.display()))
+fn write_private(path: &std::path::Path, token: &str) -> Result<(), String> {
+    private_files::write_private(path, token.as_bytes()).map_err(|e| e.to_string())
 }
 
 /// A client authenticated as the ServiceAccount `kube-system/<name>`.

@@ -13,9 +13,15 @@
 //! `--cloud-config` → cluster-ID check → HTTPS `/healthz` `/livez` `/readyz` `/metrics` →
 //! leader election on a Lease → shared informers → `Initialize` → the enabled controllers.
 //!
-//! Shutdown: SIGTERM/SIGINT stop the controllers, flush queued events, release the lease and
-//! exit 0 (bounded: 10 s for controllers, 5 s for events). Losing the lease exits 1, as
-//! upstream does, so that the process restarts as a follower.
+//! The lease is renewed from the moment it is won by a [`LeaderSession`] of its own, with its
+//! own client (its own request budget), so provider `Initialize`, token minting and
+//! `--controller-start-interval` never let it lapse. Losing it (or the migration lock) makes
+//! [`run`] return at once and [`main`] exit 1 at once, as upstream does: nothing waits for the
+//! controllers, so no write of this process follows the moment a standby may take over.
+//!
+//! Shutdown: SIGTERM/SIGINT stop the controllers, close the provider's sessions, flush queued
+//! events — the leases still being renewed meanwhile — then release the leases and exit 0
+//! (bounded: 10 s for controllers, 5 s for the provider, 5 s for events).
 //!
 //! With `--enable-leader-migration` (spec §7): the controllers the migration configuration
 //! assigns to this component (or `*`) start only after the *migration* Lease is held as well;
@@ -37,7 +43,7 @@ use k8s_controller_manager::{
     client::{build_client, load_config},
     controllers::ControllerRegistry,
     events::EventBroadcaster,
-    leaderelection::{HoldOutcome, LeaderElector, hostname},
+    leaderelection::{LeaderElector, LeaderSession, hostname},
     leadermigration::{self, Classification, LeaderMigrationConfiguration},
     metrics::Metrics,
     server::{Endpoints, HealthChecks, ServingOptions, serve},
@@ -275,6 +281,11 @@ pub fn main(spec: ProviderSpec) -> ExitCode {
         tokio::spawn(cancel_on_signal(shutdown.clone()));
         run(options, spec, shutdown).await
     });
+    if let Err(e @ AppError::LeaderElectionLost(_)) = &result {
+        // As upstream: exit at once, without waiting for anything that still runs.
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
     runtime.shutdown_timeout(Duration::from_secs(1));
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -379,11 +390,23 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
     };
     serve(&serving, endpoints.clone(), shutdown.clone()).await?;
 
-    // Leader election.
-    let elector = match &validated.leader_election {
+    // Leader election. The lease is renewed by its own task, with its own client (and so its
+    // own request budget), from the moment it is won; losing it stops everything at once.
+    let lost = CancellationToken::new();
+    let lost_what: Arc<parking_lot::Mutex<&'static str>> = Arc::new(parking_lot::Mutex::new(""));
+    let on_lost = |what: &'static str| {
+        let (lost, lost_what) = (lost.clone(), lost_what.clone());
+        move || {
+            error!("{what}");
+            *lost_what.lock() = what;
+            lost.cancel();
+        }
+    };
+    let primary = match &validated.leader_election {
         Some(le) => {
+            let le_client = build_client(config.clone(), qps, burst, "leader-election")?;
             let elector = LeaderElector::new(
-                root.clone(),
+                le_client.clone(),
                 le.clone(),
                 Some(metrics.leader_election_master_status.clone()),
             );
@@ -396,73 +419,142 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
                 info!("shut down before acquiring leadership");
                 return Ok(());
             }
-            Some(elector)
+            Some((
+                LeaderSession::start(elector, on_lost("leaderelection lost")),
+                le_client,
+            ))
         }
         None => None,
     };
 
-    // Controllers: the context (clients, informers, Initialize) once, then the sets.
     let controllers_stop = shutdown.child_token();
-    let running = match prepare(
-        &validated,
-        cloud.clone(),
-        root.clone(),
-        config,
-        metrics.clone(),
-        &endpoints,
-        controllers_stop.clone(),
-    )
-    .await
-    {
-        Ok(r) => Arc::new(r),
-        Err(e) => {
+    let migration: Arc<parking_lot::Mutex<Option<LeaderSession>>> = Arc::default();
+    let held = Held {
+        validated: &validated,
+        registry: &registry,
+        cloud: cloud.clone(),
+        root: root.clone(),
+        le_client: primary.as_ref().map(|(_, c)| c.clone()),
+        metrics: metrics.clone(),
+        endpoints: endpoints.clone(),
+        controllers_stop: controllers_stop.clone(),
+        migration: migration.clone(),
+        on_migration_lost: on_lost("migration leaderelection lost"),
+    };
+    let outcome = tokio::select! {
+        r = held.run(config, &shutdown) => r,
+        _ = lost.cancelled() => {
+            // Exit at once (the binary's main exits the process on this error): no write of
+            // this process may follow the moment a standby can take the lease.
             controllers_stop.cancel();
-            if let Some(el) = &elector {
-                el.release().await;
-            }
-            return Err(e);
+            return Err(AppError::LeaderElectionLost(*lost_what.lock()));
         }
     };
-    let classify = |name: &str| match &validated.leader_migration {
-        Some((_, resolved)) => LeaderMigrationConfiguration::classify(resolved, name, leadermigration::CCM),
-        None => Classification::NonMigrated,
-    };
-    let primary_set: Vec<&str> = controllers::CONTROLLER_NAMES
-        .iter()
-        .copied()
-        .filter(|n| classify(n) == Classification::NonMigrated)
-        .collect();
-    let migrated_set: Vec<&'static str> = controllers::CONTROLLER_NAMES
-        .iter()
-        .copied()
-        .filter(|n| classify(n) == Classification::Migrated)
-        .collect();
-    for name in controllers::CONTROLLER_NAMES
-        .iter()
-        .filter(|n| classify(n) == Classification::Unowned)
-    {
-        info!(
-            controller = name,
-            "not running {name:?}: leader migration assigns it to kube-controller-manager"
-        );
+    // Drained (or failed to start): stop renewing and release, migration lock first.
+    let migration_session = migration.lock().take();
+    if let Some(m) = migration_session {
+        m.finish().await;
     }
-    start_set(
-        &running,
-        &validated,
-        &registry,
-        &primary_set,
-        &metrics,
-        &endpoints,
-    )
-    .await;
+    if let Some((session, _)) = primary {
+        session.finish().await;
+    }
+    outcome?;
+    if config_changed.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(AppError::CloudConfigChanged(
+            opts.cloud
+                .cloud_config
+                .as_deref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+        ));
+    }
+    Ok(())
+}
 
-    // Leader migration: the migrated controllers start only once the migration lock is held too.
-    let migration = match (&validated.leader_migration, &validated.leader_election) {
-        (Some((lm, _)), Some(le)) => {
+/// Everything that runs while the primary lock is held (or without leader election).
+struct Held<'a, F: FnOnce() + Send + 'static> {
+    validated: &'a ValidatedOptions,
+    registry: &'a ControllerRegistry,
+    cloud: Arc<dyn CloudProvider>,
+    root: kube::Client,
+    le_client: Option<kube::Client>,
+    metrics: Arc<Metrics>,
+    endpoints: Endpoints,
+    controllers_stop: CancellationToken,
+    migration: Arc<parking_lot::Mutex<Option<LeaderSession>>>,
+    on_migration_lost: F,
+}
+
+impl<F: FnOnce() + Send + 'static> Held<'_, F> {
+    /// Prepares and starts the controllers, contends for the migration lock, waits for
+    /// `shutdown`, then drains. The leases stay renewed by their sessions throughout.
+    async fn run(self, config: kube::Config, shutdown: &CancellationToken) -> Result<(), AppError> {
+        let Held {
+            validated,
+            registry,
+            cloud,
+            root,
+            le_client,
+            metrics,
+            endpoints,
+            controllers_stop,
+            migration,
+            on_migration_lost,
+        } = self;
+        // Controllers: the context (clients, informers, Initialize) once, then the sets.
+        let running = match prepare(
+            validated,
+            cloud.clone(),
+            root.clone(),
+            config,
+            metrics.clone(),
+            &endpoints,
+            controllers_stop.clone(),
+        )
+        .await
+        {
+            Ok(r) => Arc::new(r),
+            Err(e) => {
+                controllers_stop.cancel();
+                return Err(e);
+            }
+        };
+        let classify = |name: &str| match &validated.leader_migration {
+            Some((_, resolved)) => {
+                LeaderMigrationConfiguration::classify(resolved, name, leadermigration::CCM)
+            }
+            None => Classification::NonMigrated,
+        };
+        let primary_set: Vec<&str> = controllers::CONTROLLER_NAMES
+            .iter()
+            .copied()
+            .filter(|n| classify(n) == Classification::NonMigrated)
+            .collect();
+        let migrated_set: Vec<&'static str> = controllers::CONTROLLER_NAMES
+            .iter()
+            .copied()
+            .filter(|n| classify(n) == Classification::Migrated)
+            .collect();
+        for name in controllers::CONTROLLER_NAMES
+            .iter()
+            .filter(|n| classify(n) == Classification::Unowned)
+        {
+            info!(
+                controller = name,
+                "not running {name:?}: leader migration assigns it to kube-controller-manager"
+            );
+        }
+        start_set(&running, validated, registry, &primary_set, &metrics, &endpoints).await;
+
+        // Leader migration: the migrated controllers start only once the migration lock is
+        // held too; from then on it is renewed by its own session.
+        if let (Some((lm, _)), Some(le), Some(le_client)) =
+            (&validated.leader_migration, &validated.leader_election, le_client)
+        {
             let mut mle = le.clone();
             mle.name = lm.leader_name.clone();
             let m = LeaderElector::new(
-                root.clone(),
+                le_client,
                 mle,
                 Some(metrics.leader_election_master_status.clone()),
             );
@@ -472,8 +564,7 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
                     .healthz
                     .add("leaderMigration", Arc::new(move || m2.check()));
             }
-            let (m2, running2, validated2, registry2, metrics2, endpoints2, cloud2, root2) = (
-                m.clone(),
+            let (running2, validated2, registry2, metrics2, endpoints2, cloud2, root2) = (
                 running.clone(),
                 validated.clone(),
                 registry.clone(),
@@ -483,12 +574,13 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
                 root.clone(),
             );
             let stop = controllers_stop.clone();
-            let task = tokio::spawn(async move {
-                info!(lease = %m2.config().name, controllers = ?migrated_set, "waiting for the migration lock");
-                if !m2.acquire(&stop).await {
-                    return HoldOutcome::Shutdown;
+            tokio::spawn(async move {
+                info!(lease = %m.config().name, controllers = ?migrated_set, "waiting for the migration lock");
+                if !m.acquire(&stop).await {
+                    return;
                 }
-                info!(lease = %m2.config().name, "acquired the migration lock: starting the migrated controllers");
+                *migration.lock() = Some(LeaderSession::start(m.clone(), on_migration_lost));
+                info!(lease = %m.config().name, "acquired the migration lock: starting the migrated controllers");
                 if let Err(e) = cloud2
                     .initialize(InitContext {
                         client: root2,
@@ -508,88 +600,35 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
                     &endpoints2,
                 )
                 .await;
-                m2.hold(&stop).await
             });
-            Some((m, task))
         }
-        _ => None,
-    };
 
-    // Run until shutdown or the loss of a lock.
-    let (lost, lost_what) = match (&elector, migration) {
-        (Some(el), Some((_, mut task))) => {
-            tokio::select! {
-                outcome = el.hold(&shutdown) => (outcome == HoldOutcome::Lost, "leaderelection lost"),
-                outcome = &mut task => (matches!(outcome, Ok(HoldOutcome::Lost)), "migration leaderelection lost"),
-            }
+        // Run until shutdown, then drain (the leases are still renewed meanwhile).
+        shutdown.cancelled().await;
+        info!("stopping controllers");
+        controllers_stop.cancel();
+        let stop = Instant::now();
+        let handles: Vec<_> = std::mem::take(&mut *running.handles.lock());
+        let _ = tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(handles)).await;
+        // The provider closes its cloud sessions (vSphere logs out); bounded like the rest.
+        if tokio::time::timeout(Duration::from_secs(5), cloud.shutdown())
+            .await
+            .is_err()
+        {
+            warn!("the cloud provider did not shut down within 5 s");
         }
-        (Some(el), None) => (
-            el.hold(&shutdown).await == HoldOutcome::Lost,
-            "leaderelection lost",
-        ),
-        (None, _) => {
-            shutdown.cancelled().await;
-            (false, "")
+        if !running.events.flush(Duration::from_secs(5)).await {
+            warn!("some events could not be written before shutdown");
         }
-    };
-    if lost {
-        error!("{lost_what}");
+        for name in controllers::CONTROLLER_NAMES {
+            metrics
+                .running_managed_controllers
+                .with_label_values(&[legacy_name(name), "cloud-controller-manager"])
+                .set(0);
+        }
+        info!(took = ?stop.elapsed(), "cloud-controller-manager stopped");
+        Ok(())
     }
-    info!(lost, "stopping controllers");
-    controllers_stop.cancel();
-    let stop = Instant::now();
-    let handles: Vec<_> = std::mem::take(&mut *running.handles.lock());
-    let _ = tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(handles)).await;
-    // The provider closes its cloud sessions (vSphere logs out); bounded like the rest.
-    if tokio::time::timeout(Duration::from_secs(5), cloud.shutdown())
-        .await
-        .is_err()
-    {
-        warn!("the cloud provider did not shut down within 5 s");
-    }
-    if !running.events.flush(Duration::from_secs(5)).await {
-        warn!("some events could not be written before shutdown");
-    }
-    for name in controllers::CONTROLLER_NAMES {
-        metrics
-            .running_managed_controllers
-            .with_label_values(&[legacy_name(name), "cloud-controller-manager"])
-            .set(0);
-    }
-    if lost {
-        return Err(AppError::LeaderElectionLost(lost_what));
-    }
-    if let Some(el) = &elector {
-        el.release().await;
-    }
-    if let Some((lm, _)) = &validated.leader_migration
-        && let Some(le) = &validated.leader_election
-    {
-        let mut mle = le.clone();
-        mle.name = lm.leader_name.clone();
-        // Release the migration lease if this process holds it (a no-op otherwise).
-        release_if_held(&root, &mle).await;
-    }
-    info!(took = ?stop.elapsed(), "cloud-controller-manager stopped");
-    if config_changed.load(std::sync::atomic::Ordering::SeqCst) {
-        return Err(AppError::CloudConfigChanged(
-            opts.cloud
-                .cloud_config
-                .as_deref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
-        ));
-    }
-    Ok(())
-}
-
-/// Releases a lease held under `config.identity` (used for the migration lock at shutdown).
-async fn release_if_held(
-    client: &kube::Client,
-    config: &k8s_controller_manager::leaderelection::LeaderElectionConfig,
-) {
-    let el = LeaderElector::new(client.clone(), config.clone(), None);
-    el.release_held_by_identity().await;
 }
 
 /// What runs once the primary lock is held.
@@ -645,6 +684,7 @@ async fn prepare(
         concurrent_node_syncs: opts.node.concurrent_node_syncs.max(1) as usize,
         concurrent_node_status_updates: opts.node.concurrent_node_status_updates.max(0) as usize,
         concurrent_service_syncs: opts.service.concurrent_service_syncs.max(1) as usize,
+        cloud_call_timeout: opts.generic.cloud_call_timeout,
     };
     let mut ctx = ControllerContext::new(
         root.clone(),

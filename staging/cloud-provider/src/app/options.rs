@@ -114,6 +114,11 @@ pub struct GenericFlags {
     /// Interval between starting controller managers.
     #[arg(long = "controller-start-interval", default_value = "0s", value_parser = go_duration)]
     pub controller_start_interval: Duration,
+    /// The longest a controller waits for one cloud provider call (e.g. EnsureLoadBalancer)
+    /// before it abandons it and retries the object later; other objects keep being served.
+    /// Not an upstream flag.
+    #[arg(long = "cloud-call-timeout", default_value = "5m0s", value_parser = go_duration)]
+    pub cloud_call_timeout: Duration,
     /// If true, use individual service account credentials for each controller.
     #[arg(long = "use-service-account-credentials", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
           require_equals = true, default_missing_value = "true", value_parser = go_bool)]
@@ -326,6 +331,7 @@ impl Options {
             ));
         }
         for (flag, d) in [
+            ("--cloud-call-timeout", self.generic.cloud_call_timeout),
             ("--node-monitor-period", self.generic.node_monitor_period),
             (
                 "--route-reconciliation-period",

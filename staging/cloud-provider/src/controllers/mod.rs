@@ -29,7 +29,7 @@ use kube::{Api, Client};
 use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts};
 use tokio_util::sync::CancellationToken;
 
-use crate::cloud::CloudProvider;
+use crate::{cloud::CloudProvider, error::CloudError};
 
 /// Settings of the controllers (the flags of `--help`'s controller sections).
 #[derive(Debug, Clone)]
@@ -50,6 +50,9 @@ pub struct ControllersConfig {
     pub concurrent_node_status_updates: usize,
     /// `--concurrent-service-syncs` (≥ 1).
     pub concurrent_service_syncs: usize,
+    /// `--cloud-call-timeout`: the longest a controller waits for one cloud call before it
+    /// abandons it (the key is retried with back-off; others keep being served).
+    pub cloud_call_timeout: Duration,
 }
 
 impl Default for ControllersConfig {
@@ -63,9 +66,13 @@ impl Default for ControllersConfig {
             concurrent_node_syncs: 1,
             concurrent_node_status_updates: 0,
             concurrent_service_syncs: 1,
+            cloud_call_timeout: DEFAULT_CLOUD_CALL_TIMEOUT,
         }
     }
 }
+
+/// Default of `--cloud-call-timeout`.
+pub const DEFAULT_CLOUD_CALL_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The cloud controllers' own metrics (names exact as upstream).
 #[derive(Debug, Clone)]
@@ -89,6 +96,11 @@ pub struct CloudControllerMetrics {
     pub cloud_calls: IntCounterVec,
     /// `cloudprovider_api_call_duration_seconds{operation}`.
     pub cloud_call_duration: HistogramVec,
+    /// `cloudprovider_api_call_timeouts_total{controller, operation}`: cloud calls abandoned
+    /// after `--cloud-call-timeout` (not part of upstream).
+    pub cloud_call_timeouts: IntCounterVec,
+    /// The `--cloud-call-timeout` applied by [`CloudControllerMetrics::observe`].
+    pub call_timeout: Duration,
     /// `node_lifecycle_instance_existence_unknown_total`: times the node-lifecycle controller
     /// kept a Node because the cloud could not tell whether its instance exists (not part of
     /// upstream, which only logs).
@@ -154,12 +166,22 @@ impl CloudControllerMetrics {
                 &["operation"],
             )
             .expect("valid metric"),
+            cloud_call_timeouts: IntCounterVec::new(
+                Opts::new(
+                    "cloudprovider_api_call_timeouts_total",
+                    "Cloud provider interface calls abandoned after --cloud-call-timeout.",
+                ),
+                &["controller", "operation"],
+            )
+            .expect("valid metric"),
+            call_timeout: DEFAULT_CLOUD_CALL_TIMEOUT,
             existence_unknown_total: c(
                 "node_lifecycle_instance_existence_unknown_total",
                 "Times a Node that is not Ready was kept because the cloud provider could not tell whether its instance exists.",
             ),
         };
         metrics.register(Box::new(m.existence_unknown_total.clone()));
+        metrics.register(Box::new(m.cloud_call_timeouts.clone()));
         metrics.register(Box::new(m.taint_removal_delay.clone()));
         metrics.register(Box::new(m.initial_node_sync_delay.clone()));
         metrics.register(Box::new(m.loadbalancer_sync_total.clone()));
@@ -172,15 +194,29 @@ impl CloudControllerMetrics {
         m
     }
 
-    /// Times a cloud call and counts it by controller, operation and result.
-    pub async fn observe<T, E>(
+    /// Times a cloud call and counts it by controller, operation and result; a call that does
+    /// not return within [`CloudControllerMetrics::call_timeout`] is abandoned, counted in
+    /// `cloudprovider_api_call_timeouts_total` and turned into an error naming it.
+    pub async fn observe<T>(
         &self,
         controller: &str,
         operation: &str,
-        call: impl Future<Output = Result<T, E>>,
-    ) -> Result<T, E> {
+        call: impl Future<Output = Result<T, CloudError>>,
+    ) -> Result<T, CloudError> {
         let start = std::time::Instant::now();
-        let r = call.await;
+        let r = match tokio::time::timeout(self.call_timeout, call).await {
+            Ok(r) => r,
+            Err(_) => {
+                self.cloud_call_timeouts
+                    .with_label_values(&[controller, operation])
+                    .inc();
+                tracing::warn!(controller, operation, timeout = ?self.call_timeout, "cloud call timed out");
+                Err(CloudError::msg(format!(
+                    "cloud provider call {operation} did not return within {:?} (--cloud-call-timeout); abandoned",
+                    self.call_timeout
+                )))
+            }
+        };
         self.cloud_call_duration
             .with_label_values(&[operation])
             .observe(start.elapsed().as_secs_f64());
@@ -304,7 +340,9 @@ impl ControllerContext {
         events: EventBroadcaster,
         shutdown: CancellationToken,
     ) -> Self {
-        let cloud_metrics = Arc::new(CloudControllerMetrics::new(&metrics));
+        let mut cloud_metrics = CloudControllerMetrics::new(&metrics);
+        cloud_metrics.call_timeout = config.cloud_call_timeout;
+        let cloud_metrics = Arc::new(cloud_metrics);
         Self {
             nodes: node_informer(client.clone()),
             services: service_informer(client.clone()),

@@ -127,9 +127,24 @@ impl CloudNodeLifecycleController {
                 events::DELETING_NODE,
                 format!("Deleting node {name} because it does not exist in the cloud provider"),
             );
-            match self.api.delete(name, &DeleteParams::default()).await {
+            // The UID precondition: a Node re-created under the same name meanwhile is another
+            // Node, never deleted for the old one's instance.
+            let params = DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    uid: node.metadata.uid.clone(),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            match self.api.delete(name, &params).await {
                 Ok(_) => {}
                 Err(e) if is_not_found(&e) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    debug!(
+                        node = name,
+                        "node {name} was replaced meanwhile (UID changed); not deleting it"
+                    );
+                }
                 Err(e) => {
                     warn!(node = name, error = %e, "unable to delete node {name:?}: {e}");
                     self.recorder.event(

@@ -503,26 +503,31 @@ impl ServiceController {
         Ok(false)
     }
 
-    /// Adds or removes the cleanup finalizer through the status subresource (as upstream's
-    /// `PatchService`), with the observed `resourceVersion` as precondition.
+    /// Adds or removes the cleanup finalizer through the status subresource with a strategic
+    /// merge patch that names only this finalizer, as upstream's `PatchService` does: no
+    /// `resourceVersion` precondition (a stale one made every concurrent change of the Service
+    /// fail the sync), and no other finalizer is touched.
     async fn set_finalizer(&self, service: &Service, present: bool) -> Result<(), kube::Error> {
-        let mut finalizers = service.metadata.finalizers.clone().unwrap_or_default();
-        let has = finalizers.iter().any(|f| f == FINALIZER_LOAD_BALANCER_CLEANUP);
+        let has = service
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == FINALIZER_LOAD_BALANCER_CLEANUP);
         if has == present {
             return Ok(());
         }
-        if present {
-            finalizers.push(FINALIZER_LOAD_BALANCER_CLEANUP.to_string());
+        let patch = if present {
+            serde_json::json!({ "metadata": { "finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP] } })
         } else {
-            finalizers.retain(|f| f != FINALIZER_LOAD_BALANCER_CLEANUP);
-        }
-        let patch = serde_json::json!({
-            "metadata": { "finalizers": finalizers, "resourceVersion": service.metadata.resource_version }
-        });
+            serde_json::json!({
+                "metadata": { "$deleteFromPrimitiveList/finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP] }
+            })
+        };
         let name = service.metadata.name.as_deref().unwrap_or_default();
         match self
             .service_api(service)
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
             .await
         {
             Ok(_) => Ok(()),
