@@ -18,7 +18,6 @@ use std::{
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
-use futures::StreamExt;
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hyper::{Request, Response, StatusCode, body::Incoming, service::service_fn};
 use hyper_util::rt::TokioIo;
@@ -296,9 +295,15 @@ async fn handle(
         Ok(resp) => {
             let status = resp.status();
             let headers = resp.headers().clone();
-            let stream = resp
-                .bytes_stream()
-                .map(|chunk| chunk.map(hyper::body::Frame::data).map_err(std::io::Error::other));
+            // Streamed chunk by chunk (watches stay open for minutes).
+            let stream = futures::stream::unfold(Some(resp), |resp| async move {
+                let mut resp = resp?;
+                match resp.chunk().await {
+                    Ok(Some(bytes)) => Some((Ok(hyper::body::Frame::data(bytes)), Some(resp))),
+                    Ok(None) => None,
+                    Err(e) => Some((Err(std::io::Error::other(e)), None)),
+                }
+            });
             let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
             *r.status_mut() = status;
             for (name, value) in &headers {

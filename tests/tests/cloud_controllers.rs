@@ -811,8 +811,12 @@ async fn a_hung_cloud_call_times_out_and_never_stalls_the_other_services() -> Re
     };
     let c = start_controllers(client.clone(), cloud.clone(), config, &[service::NAME]).await?;
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    services.create(&PostParams::default(), &lb_service("stuck")).await?;
-    services.create(&PostParams::default(), &lb_service("fine")).await?;
+    services
+        .create(&PostParams::default(), &lb_service("stuck"))
+        .await?;
+    services
+        .create(&PostParams::default(), &lb_service("fine"))
+        .await?;
     wait_for("the other Service's ingress", T, || async {
         services
             .get("fine")
