@@ -841,5 +841,16 @@ async fn a_hung_cloud_call_times_out_and_never_stalls_the_other_services() -> Re
         .with_label_values(&["service-lb-controller", "EnsureLoadBalancer"])
         .get();
     assert!(timeouts >= 1, "counted: {timeouts}");
+    // The workers are never stuck for long (each call is bounded); a probe beyond twice the
+    // timeout fails the controller's health check.
+    assert!(c.ctx.stuck_worker(service::NAME).is_ok());
+    c.ctx
+        .worker_probes
+        .lock()
+        .entry("probe-test".into())
+        .or_default()
+        .push(Arc::new(|| Duration::from_secs(10)));
+    let e = c.ctx.stuck_worker("probe-test").unwrap_err();
+    assert!(e.contains("more than 4s"), "{e}");
     Ok(())
 }

@@ -751,13 +751,14 @@ async fn start_set(
                     .with_label_values(&[legacy_name(name), "cloud-controller-manager"])
                     .set(1);
                 let probe = handle.abort_handle();
+                let (ctx, controller) = (running.ctx.clone(), name.to_string());
                 endpoints.healthz.add(
                     name,
                     Arc::new(move || {
                         if probe.is_finished() {
                             Err("controller stopped".into())
                         } else {
-                            Ok(())
+                            ctx.stuck_worker(&controller)
                         }
                     }),
                 );

@@ -251,7 +251,13 @@ pub struct ControllerContext {
     pub config: Arc<ControllersConfig>,
     /// Cancelled to stop every controller.
     pub shutdown: CancellationToken,
+    /// Per controller, probes of how long its longest-running worker has been on one key
+    /// (registered by the controllers; read by the per-controller health checks).
+    pub worker_probes: Arc<parking_lot::Mutex<HashMap<String, Vec<WorkerProbe>>>>,
 }
+
+/// How long a controller's longest-running worker has been processing one key.
+pub type WorkerProbe = Arc<dyn Fn() -> Duration + Send + Sync>;
 
 impl std::fmt::Debug for ControllerContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -262,6 +268,43 @@ impl std::fmt::Debug for ControllerContext {
 }
 
 impl ControllerContext {
+    /// Registers a work queue of `controller` for its stuck-worker health check.
+    pub fn register_queue<T: Eq + std::hash::Hash + Clone + Send + Sync + 'static>(
+        &self,
+        controller: &str,
+        queue: &k8s_controller_manager::workqueue::WorkQueue<T>,
+    ) {
+        let q = queue.clone();
+        self.worker_probes
+            .lock()
+            .entry(controller.to_string())
+            .or_default()
+            .push(Arc::new(move || q.longest_running()));
+    }
+
+    /// A worker of `controller` busy with one key for longer than twice
+    /// `--cloud-call-timeout` (a reconcile makes a few cloud calls, each bounded by it): the
+    /// error its health check reports.
+    pub fn stuck_worker(&self, controller: &str) -> Result<(), String> {
+        let limit = self.config.cloud_call_timeout * 2;
+        let longest = self
+            .worker_probes
+            .lock()
+            .get(controller)
+            .into_iter()
+            .flatten()
+            .map(|p| p())
+            .max()
+            .unwrap_or_default();
+        if longest > limit {
+            Err(format!(
+                "a worker has been processing one key for {longest:?}, more than {limit:?} (2 × --cloud-call-timeout)"
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
     /// The client for a controller's client name.
     pub fn client_for(&self, client_name: &str) -> Client {
         self.clients
@@ -354,6 +397,7 @@ impl ControllerContext {
             cloud_metrics,
             config: Arc::new(config),
             shutdown,
+            worker_probes: Arc::default(),
         }
     }
 

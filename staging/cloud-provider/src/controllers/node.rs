@@ -96,11 +96,15 @@ impl CloudNodeController {
             return Err("concurrent-node-syncs must be a positive number".into());
         }
         let api = Api::all(ctx.client_for(CLIENT_NAME));
+        // client-go's default controller rate limiter: per-key 5 ms → 1000 s, and 10 qps /
+        // burst 100 overall.
         let queue = WorkQueue::new(
             "Nodes",
             ExponentialBackoff::CONTROLLER_DEFAULT,
             Some(ctx.metrics.workqueue.clone()),
-        );
+        )
+        .with_bucket(10.0, 100);
+        ctx.register_queue(NAME, &queue);
         let recorder = ctx.events.recorder(NAME);
         Ok(Self {
             ctx,
@@ -113,6 +117,7 @@ impl CloudNodeController {
     /// Runs until the context's shutdown token is cancelled.
     pub async fn run(self) {
         let this = Arc::new(self);
+        this.queue.start_time_metrics();
         let mut events = this.ctx.nodes.subscribe();
         let store = this.ctx.nodes.store();
         tokio::select! {

@@ -111,10 +111,16 @@ impl ServiceController {
             return Err("concurrent-service-syncs must be a positive number".into());
         }
         let wq = Some(ctx.metrics.workqueue.clone());
+        let (service_queue, node_queue) = (
+            WorkQueue::new("service", BACKOFF, wq.clone()),
+            WorkQueue::new("node", BACKOFF, wq),
+        );
+        ctx.register_queue(NAME, &service_queue);
+        ctx.register_queue(NAME, &node_queue);
         Ok(Self {
             client: ctx.client_for(CLIENT_NAME),
-            service_queue: WorkQueue::new("service", BACKOFF, wq.clone()),
-            node_queue: WorkQueue::new("node", BACKOFF, wq),
+            service_queue,
+            node_queue,
             cache: Mutex::new(HashMap::new()),
             recorder: ctx.events.recorder(COMPONENT),
             ctx,
@@ -124,6 +130,8 @@ impl ServiceController {
     /// Runs until shutdown.
     pub async fn run(self) {
         let this = Arc::new(self);
+        this.service_queue.start_time_metrics();
+        this.node_queue.start_time_metrics();
         let mut service_events = this.ctx.services.subscribe();
         let mut node_events = this.ctx.nodes.subscribe();
         let (services, nodes) = (this.ctx.services.store(), this.ctx.nodes.store());
