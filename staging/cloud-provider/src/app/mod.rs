@@ -168,49 +168,27 @@ pub enum AppError {
 
 /// Legacy (1.20) controller names, used as the `running_managed_controllers` label.
 fn legacy_name(canonical: &str) -> &str {
-    match canonical {
-        controllers::node::NAME => "cloud-node",
-        controllers::nodelifecycle::NAME => "cloud-node-lifecycle",
-        controllers::service::NAME => "service",
-        controllers::route::NAME => "route",
-        other => other,
-    }
+    controllers::controller_spec(canonical).map_or(canonical, |c| c.legacy_name)
 }
 
 /// Client name of a controller (for per-controller credentials and user agents).
 fn client_name(canonical: &str) -> &str {
-    match canonical {
-        controllers::service::NAME => controllers::service::CLIENT_NAME,
-        controllers::route::NAME => controllers::route::CLIENT_NAME,
-        _ => controllers::node::CLIENT_NAME,
-    }
+    controllers::controller_spec(canonical).map_or(controllers::node::CLIENT_NAME, |c| c.client_name)
 }
 
-/// The controllers and aliases this command knows (spec §6.3; `service-controller` and
-/// `route-controller` are accepted as aliases too, see §7.2).
+/// The controllers and aliases this command knows: [`controllers::CONTROLLERS`], each on by
+/// default unless the provider keeps it off.
 pub fn controller_registry(spec: &ProviderSpec) -> ControllerRegistry {
     let mut r = ControllerRegistry::new();
-    let on = |n: &str| !spec.disabled_by_default.iter().any(|d| d == n);
-    r.register(
-        controllers::node::NAME,
-        &["cloud-node"],
-        on(controllers::node::NAME),
-    );
-    r.register(
-        controllers::nodelifecycle::NAME,
-        &["cloud-node-lifecycle"],
-        on(controllers::nodelifecycle::NAME),
-    );
-    r.register(
-        controllers::service::NAME,
-        &["service", "service-controller"],
-        on(controllers::service::NAME),
-    );
-    r.register(
-        controllers::route::NAME,
-        &["route", "route-controller"],
-        on(controllers::route::NAME),
-    );
+    for c in &controllers::CONTROLLERS {
+        let mut aliases = vec![c.legacy_name];
+        aliases.extend_from_slice(c.extra_aliases);
+        r.register(
+            c.name,
+            &aliases,
+            !spec.disabled_by_default.iter().any(|d| d == c.name),
+        );
+    }
     r
 }
 
@@ -322,13 +300,123 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
         .map_err(|e| AppError::InvalidFlags(e.join("; ")))?;
     let opts = &validated.options;
     info!(version = env!("CARGO_PKG_VERSION"), provider = %opts.cloud.cloud_provider, "starting cloud-controller-manager");
-
-    // Kubernetes client.
     let config = load_config(opts.misc.kubeconfig.as_deref(), opts.misc.master.as_deref()).await?;
     let (qps, burst) = (opts.generic.kube_api_qps, opts.generic.kube_api_burst);
     let root = build_client(config.clone(), qps, burst, "cloud-controller-manager")?;
+    let (cloud, config_changed) = build_cloud(&validated, &registry, &spec, &shutdown).await?;
+    let (metrics, endpoints) = start_serving(opts, cloud.as_ref(), &shutdown).await?;
 
-    // Cloud provider.
+    // The primary lease, renewed by its own session and client from the moment it is won.
+    let lost = LossSignal::default();
+    let primary = match &validated.leader_election {
+        Some(le) => {
+            let le_client = build_client(config.clone(), qps, burst, "leader-election")?;
+            let Some(session) = win_lease(le, &le_client, &metrics, &endpoints, &lost, &shutdown).await
+            else {
+                info!("shut down before acquiring leadership");
+                return Ok(());
+            };
+            Some((session, le_client))
+        }
+        None => None,
+    };
+
+    let controllers_stop = shutdown.child_token();
+    let migration: Arc<parking_lot::Mutex<Option<LeaderSession>>> = Arc::default();
+    let held = Held {
+        validated: &validated,
+        registry: &registry,
+        cloud,
+        root,
+        le_client: primary.as_ref().map(|(_, c)| c.clone()),
+        metrics,
+        endpoints,
+        controllers_stop: controllers_stop.clone(),
+        migration: migration.clone(),
+        on_migration_lost: lost.on("migration leaderelection lost"),
+    };
+    let outcome = tokio::select! {
+        r = held.run(config, &shutdown) => r,
+        _ = lost.token.cancelled() => {
+            // Return at once (the binary's main then exits the process): no write of this
+            // process may follow the moment a standby can take the lease.
+            controllers_stop.cancel();
+            return Err(AppError::LeaderElectionLost(*lost.what.lock()));
+        }
+    };
+    // Drained (or failed to start): stop renewing and release, migration lock first.
+    let migration_session = migration.lock().take();
+    if let Some(m) = migration_session {
+        m.finish().await;
+    }
+    if let Some((session, _)) = primary {
+        session.finish().await;
+    }
+    outcome?;
+    if config_changed.load(std::sync::atomic::Ordering::SeqCst) {
+        let path = opts
+            .cloud
+            .cloud_config
+            .as_deref()
+            .map(|p| p.display().to_string());
+        return Err(AppError::CloudConfigChanged(path.unwrap_or_default()));
+    }
+    Ok(())
+}
+
+/// Contends for the primary lease until won (a session renewing it) or `shutdown` (`None`).
+async fn win_lease(
+    le: &k8s_controller_manager::leaderelection::LeaderElectionConfig,
+    client: &kube::Client,
+    metrics: &Metrics,
+    endpoints: &Endpoints,
+    lost: &LossSignal,
+    shutdown: &CancellationToken,
+) -> Option<LeaderSession> {
+    let elector = LeaderElector::new(
+        client.clone(),
+        le.clone(),
+        Some(metrics.leader_election_master_status.clone()),
+    );
+    for checks in [&endpoints.healthz, &endpoints.readyz] {
+        let e = elector.clone();
+        checks.add("leaderElection", Arc::new(move || e.check()));
+    }
+    info!(identity = %le.identity, lease = %format!("{}/{}", le.namespace, le.name), "leader election enabled");
+    if !elector.acquire(shutdown).await {
+        return None;
+    }
+    Some(LeaderSession::start(elector, lost.on("leaderelection lost")))
+}
+
+/// Set when a lease is lost, with which one.
+#[derive(Default, Clone)]
+struct LossSignal {
+    token: CancellationToken,
+    what: Arc<parking_lot::Mutex<&'static str>>,
+}
+
+impl LossSignal {
+    /// The `on_lost` callback of a [`LeaderSession`].
+    fn on(&self, what: &'static str) -> impl FnOnce() + Send + 'static {
+        let signal = self.clone();
+        move || {
+            error!("{what}");
+            *signal.what.lock() = what;
+            signal.token.cancel();
+        }
+    }
+}
+
+/// The cloud provider from `--cloud-config` (watched when the provider wants a restart on a
+/// change), with the cluster-ID and routes checks.
+async fn build_cloud(
+    validated: &ValidatedOptions,
+    registry: &ControllerRegistry,
+    spec: &ProviderSpec,
+    shutdown: &CancellationToken,
+) -> Result<(Arc<dyn CloudProvider>, Arc<std::sync::atomic::AtomicBool>), AppError> {
+    let opts = &validated.options;
     if opts.cloud.cloud_provider != spec.name {
         return Err(AppError::InvalidFlags(format!(
             "--cloud-provider={:?}: this binary links only the {:?} provider",
@@ -370,8 +458,15 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
             "--cluster-cidr must be set: --configure-cloud-routes is true, the node-route-controller is enabled and the cloud provider supports routes (set --cluster-cidr, or --configure-cloud-routes=false, or --controllers=*,-node-route-controller)".into(),
         ));
     }
+    Ok((cloud, config_changed))
+}
 
-    // Metrics and the HTTPS endpoint.
+/// The metrics registry (with the provider's metrics) and the HTTPS endpoints, serving.
+async fn start_serving(
+    opts: &Options,
+    cloud: &dyn CloudProvider,
+    shutdown: &CancellationToken,
+) -> Result<(Arc<Metrics>, Endpoints), AppError> {
     let metrics = Arc::new(Metrics::new());
     cloud.register_metrics(&metrics);
     let endpoints = Endpoints {
@@ -389,86 +484,7 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
         pair_name: "cloud-controller-manager".into(),
     };
     serve(&serving, endpoints.clone(), shutdown.clone()).await?;
-
-    // Leader election. The lease is renewed by its own task, with its own client (and so its
-    // own request budget), from the moment it is won; losing it stops everything at once.
-    let lost = CancellationToken::new();
-    let lost_what: Arc<parking_lot::Mutex<&'static str>> = Arc::new(parking_lot::Mutex::new(""));
-    let on_lost = |what: &'static str| {
-        let (lost, lost_what) = (lost.clone(), lost_what.clone());
-        move || {
-            error!("{what}");
-            *lost_what.lock() = what;
-            lost.cancel();
-        }
-    };
-    let primary = match &validated.leader_election {
-        Some(le) => {
-            let le_client = build_client(config.clone(), qps, burst, "leader-election")?;
-            let elector = LeaderElector::new(
-                le_client.clone(),
-                le.clone(),
-                Some(metrics.leader_election_master_status.clone()),
-            );
-            for checks in [&endpoints.healthz, &endpoints.readyz] {
-                let e = elector.clone();
-                checks.add("leaderElection", Arc::new(move || e.check()));
-            }
-            info!(identity = %le.identity, lease = %format!("{}/{}", le.namespace, le.name), "leader election enabled");
-            if !elector.acquire(&shutdown).await {
-                info!("shut down before acquiring leadership");
-                return Ok(());
-            }
-            Some((
-                LeaderSession::start(elector, on_lost("leaderelection lost")),
-                le_client,
-            ))
-        }
-        None => None,
-    };
-
-    let controllers_stop = shutdown.child_token();
-    let migration: Arc<parking_lot::Mutex<Option<LeaderSession>>> = Arc::default();
-    let held = Held {
-        validated: &validated,
-        registry: &registry,
-        cloud: cloud.clone(),
-        root: root.clone(),
-        le_client: primary.as_ref().map(|(_, c)| c.clone()),
-        metrics: metrics.clone(),
-        endpoints: endpoints.clone(),
-        controllers_stop: controllers_stop.clone(),
-        migration: migration.clone(),
-        on_migration_lost: on_lost("migration leaderelection lost"),
-    };
-    let outcome = tokio::select! {
-        r = held.run(config, &shutdown) => r,
-        _ = lost.cancelled() => {
-            // Exit at once (the binary's main exits the process on this error): no write of
-            // this process may follow the moment a standby can take the lease.
-            controllers_stop.cancel();
-            return Err(AppError::LeaderElectionLost(*lost_what.lock()));
-        }
-    };
-    // Drained (or failed to start): stop renewing and release, migration lock first.
-    let migration_session = migration.lock().take();
-    if let Some(m) = migration_session {
-        m.finish().await;
-    }
-    if let Some((session, _)) = primary {
-        session.finish().await;
-    }
-    outcome?;
-    if config_changed.load(std::sync::atomic::Ordering::SeqCst) {
-        return Err(AppError::CloudConfigChanged(
-            opts.cloud
-                .cloud_config
-                .as_deref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
-        ));
-    }
-    Ok(())
+    Ok((metrics, endpoints))
 }
 
 /// Everything that runs while the primary lock is held (or without leader election).

@@ -410,19 +410,130 @@ impl ControllerContext {
     }
 }
 
+/// One cloud controller, as the controller manager knows it: every place that needs to know
+/// the controllers (flags, aliases, credentials, metrics labels, start) reads this table.
+#[derive(Debug, Clone, Copy)]
+pub struct ControllerSpec {
+    /// Canonical name (`--controllers`, health check, leader migration).
+    pub name: &'static str,
+    /// The 1.20 name: an alias and the `running_managed_controllers` label.
+    pub legacy_name: &'static str,
+    /// Other accepted names in `--controllers` and leader-migration configs.
+    pub extra_aliases: &'static [&'static str],
+    /// Client name (per-controller credentials, user agent).
+    pub client_name: &'static str,
+    /// Builds and spawns it; `Err` says why it is skipped (e.g. a missing capability).
+    pub start: fn(ControllerContext) -> Result<tokio::task::JoinHandle<()>, String>,
+}
+
+/// The cloud controllers, in start order (spec §6.3; `service-controller` and
+/// `route-controller` are accepted as aliases too, see §7.2).
+pub const CONTROLLERS: [ControllerSpec; 4] = [
+    ControllerSpec {
+        name: node::NAME,
+        legacy_name: "cloud-node",
+        extra_aliases: &[],
+        client_name: node::CLIENT_NAME,
+        start: |ctx| Ok(tokio::spawn(node::CloudNodeController::new(ctx)?.run())),
+    },
+    ControllerSpec {
+        name: nodelifecycle::NAME,
+        legacy_name: "cloud-node-lifecycle",
+        extra_aliases: &[],
+        client_name: nodelifecycle::CLIENT_NAME,
+        start: |ctx| {
+            Ok(tokio::spawn(
+                nodelifecycle::CloudNodeLifecycleController::new(ctx)?.run(),
+            ))
+        },
+    },
+    ControllerSpec {
+        name: service::NAME,
+        legacy_name: "service",
+        extra_aliases: &["service-controller"],
+        client_name: service::CLIENT_NAME,
+        start: |ctx| Ok(tokio::spawn(service::ServiceController::new(ctx)?.run())),
+    },
+    ControllerSpec {
+        name: route::NAME,
+        legacy_name: "route",
+        extra_aliases: &["route-controller"],
+        client_name: route::CLIENT_NAME,
+        start: |ctx| Ok(tokio::spawn(route::RouteController::new(ctx)?.run())),
+    },
+];
+
 /// Canonical names of the cloud controllers, in start order.
-pub const CONTROLLER_NAMES: [&str; 4] = [node::NAME, nodelifecycle::NAME, service::NAME, route::NAME];
+pub const CONTROLLER_NAMES: [&str; 4] = [
+    CONTROLLERS[0].name,
+    CONTROLLERS[1].name,
+    CONTROLLERS[2].name,
+    CONTROLLERS[3].name,
+];
+
+/// The table entry of a canonical name.
+pub fn controller_spec(name: &str) -> Option<&'static ControllerSpec> {
+    CONTROLLERS.iter().find(|c| c.name == name)
+}
 
 /// Builds and starts the controller with canonical name `name`. `Err` carries why it was not
 /// started (e.g. the provider lacks the capability), which the controller manager logs as
 /// "Skipping".
 pub fn start_controller(name: &str, ctx: &ControllerContext) -> Result<tokio::task::JoinHandle<()>, String> {
-    let ctx = ctx.clone();
-    Ok(match name {
-        node::NAME => tokio::spawn(node::CloudNodeController::new(ctx)?.run()),
-        nodelifecycle::NAME => tokio::spawn(nodelifecycle::CloudNodeLifecycleController::new(ctx)?.run()),
-        service::NAME => tokio::spawn(service::ServiceController::new(ctx)?.run()),
-        route::NAME => tokio::spawn(route::RouteController::new(ctx)?.run()),
-        other => return Err(format!("{other:?} is not in the list of known controllers")),
-    })
+    match controller_spec(name) {
+        Some(spec) => (spec.start)(ctx.clone()),
+        None => Err(format!("{name:?} is not in the list of known controllers")),
+    }
+}
+
+/// The worker loop shared by the queue-driven controllers (client-go's `processNextWorkItem`):
+/// takes keys from `queue` until it shuts down; reconciles each inside `span`; records
+/// `controller_reconcile_duration_seconds` and `controller_reconcile_total{result}`; on
+/// success forgets the key's failures; on error re-adds it after the provider's fixed delay
+/// (`retry_after`, result `requeue`) or with the queue's back-off (result `error`); always
+/// marks the key done.
+pub async fn work<K, E, Fut>(
+    ctx: &ControllerContext,
+    controller: &'static str,
+    queue: &k8s_controller_manager::workqueue::WorkQueue<K>,
+    span: impl Fn(&K) -> tracing::Span,
+    reconcile: impl Fn(K) -> Fut,
+    retry_after: impl Fn(&E) -> Option<Duration>,
+) where
+    K: Eq + std::hash::Hash + Clone + std::fmt::Display + Send + Sync + 'static,
+    E: std::fmt::Display,
+    Fut: Future<Output = Result<(), E>>,
+{
+    use tracing::Instrument;
+    while let Some(key) = queue.get().await {
+        let start = std::time::Instant::now();
+        let result = reconcile(key.clone()).instrument(span(&key)).await;
+        ctx.metrics
+            .reconcile_duration
+            .with_label_values(&[controller])
+            .observe(start.elapsed().as_secs_f64());
+        let outcome = match &result {
+            Ok(()) => {
+                queue.forget(&key);
+                "success"
+            }
+            Err(e) => match retry_after(e) {
+                Some(delay) => {
+                    tracing::warn!(controller, key = %key, error = %e, "error syncing {key} (retrying in {delay:?}): {e}");
+                    queue.add_after(key.clone(), delay);
+                    "requeue"
+                }
+                None => {
+                    tracing::warn!(controller, key = %key, error = %e, "error syncing {key}, requeuing with back-off: {e}");
+                    queue.add_rate_limited(key.clone());
+                    "error"
+                }
+            },
+        };
+        ctx.metrics
+            .reconcile_total
+            .with_label_values(&[controller, outcome])
+            .inc();
+        queue.done(&key);
+    }
 }

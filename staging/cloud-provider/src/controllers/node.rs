@@ -25,7 +25,7 @@ use kube::{
     Api,
     api::{Patch, PatchParams, PostParams},
 };
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{debug, info, info_span, warn};
 
 use super::{ControllerContext, node_reference, retry_on_conflict};
 use crate::{
@@ -179,38 +179,15 @@ impl CloudNodeController {
     }
 
     async fn worker(&self) {
-        while let Some(key) = self.queue.get().await {
-            let start = Instant::now();
-            let result = self
-                .sync_node(&key)
-                .instrument(info_span!("reconcile", controller = NAME, node = %key))
-                .await;
-            self.ctx
-                .metrics
-                .reconcile_duration
-                .with_label_values(&[NAME])
-                .observe(start.elapsed().as_secs_f64());
-            match result {
-                Ok(()) => {
-                    self.ctx
-                        .metrics
-                        .reconcile_total
-                        .with_label_values(&[NAME, "success"])
-                        .inc();
-                    self.queue.forget(&key);
-                }
-                Err(e) => {
-                    self.ctx
-                        .metrics
-                        .reconcile_total
-                        .with_label_values(&[NAME, "error"])
-                        .inc();
-                    warn!(node = %key, error = %e, "error syncing '{key}': {e}, requeuing");
-                    self.queue.add_rate_limited(key.clone());
-                }
-            }
-            self.queue.done(&key);
-        }
+        super::work(
+            &self.ctx,
+            NAME,
+            &self.queue,
+            |key| info_span!("reconcile", controller = NAME, node = %key),
+            |key| async move { self.sync_node(&key).await },
+            |_: &NodeSyncError| None,
+        )
+        .await;
     }
 
     /// Initialises one Node (or, if it is initialised, reconciles its beta/GA labels).

@@ -29,7 +29,7 @@ use kube::{
     api::{Patch, PatchParams},
 };
 use parking_lot::Mutex;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{info, info_span, warn};
 
 use super::{ControllerContext, is_not_found};
 use crate::{
@@ -223,49 +223,15 @@ impl ServiceController {
     }
 
     async fn service_worker(&self) {
-        while let Some(key) = self.service_queue.get().await {
-            let start = Instant::now();
-            let result = self
-                .sync_service(&key)
-                .instrument(info_span!("reconcile", controller = NAME, service = %key))
-                .await;
-            self.ctx
-                .metrics
-                .reconcile_duration
-                .with_label_values(&[NAME])
-                .observe(start.elapsed().as_secs_f64());
-            match result {
-                Ok(()) => {
-                    self.ctx
-                        .metrics
-                        .reconcile_total
-                        .with_label_values(&[NAME, "success"])
-                        .inc();
-                    self.service_queue.forget(&key);
-                }
-                Err(e) => match e.retry_delay() {
-                    Some(delay) => {
-                        self.ctx
-                            .metrics
-                            .reconcile_total
-                            .with_label_values(&[NAME, "requeue"])
-                            .inc();
-                        warn!(service = %key, error = %e, "error processing service {key} (retrying in {delay:?}): {e}");
-                        self.service_queue.add_after(key.clone(), delay);
-                    }
-                    None => {
-                        self.ctx
-                            .metrics
-                            .reconcile_total
-                            .with_label_values(&[NAME, "error"])
-                            .inc();
-                        warn!(service = %key, error = %e, "error processing service {key} (retrying with exponential backoff): {e}");
-                        self.service_queue.add_rate_limited(key.clone());
-                    }
-                },
-            }
-            self.service_queue.done(&key);
-        }
+        super::work(
+            &self.ctx,
+            NAME,
+            &self.service_queue,
+            |key| info_span!("reconcile", controller = NAME, service = %key),
+            |key| async move { self.sync_service(&key).await },
+            ServiceSyncError::retry_delay,
+        )
+        .await;
     }
 
     fn service_api(&self, service: &Service) -> Api<Service> {
