@@ -29,6 +29,12 @@ for c in "${crates[@]}"; do
     rm -rf "$target"/debug/.fingerprint/"$c-$hash" "$target"/debug/deps/*"-$hash".*
   done
 done
+# Likewise cargo extracts each packaged sibling once into the overlay registry's source
+# directory (`$CARGO_HOME/registry/src/-<hash>/<crate>-<version>`) and never again for the same
+# version: drop those copies so the verification reads the sources just packaged.
+for c in "${crates[@]}"; do
+  rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/"$c"-[0-9]*
+done
 if ! cargo package --locked --allow-dirty "${args[@]}" >"$log" 2>&1; then
   cat "$log"
   echo "verify-publish: FAILED: a staged crate cannot be packaged/built on its own (see above)" >&2

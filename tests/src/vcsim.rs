@@ -309,6 +309,20 @@ impl Vcsim {
         Ok(())
     }
 
+    /// Tags the first cluster of `DC0` with zone `zone-a` (category `k8s-zone`) and `DC0`
+    /// with region `region-1` (category `k8s-region`).
+    pub fn tag_zone_and_region(&self) -> Result<()> {
+        for (category, tag, object) in [
+            ("k8s-zone", "zone-a", "/DC0/host/DC0_C0"),
+            ("k8s-region", "region-1", "/DC0"),
+        ] {
+            self.govc(&["tags.category.create", category])?;
+            self.govc(&["tags.create", "-c", category, tag])?;
+            self.govc(&["tags.attach", "-c", category, tag, object])?;
+        }
+        Ok(())
+    }
+
     /// Gives a VM (by inventory path or name) a guest IP and host name, which vcsim's model
     /// VMs lack (only then do FindByIp/FindByDnsName and `guest.net` work).
     pub fn set_guest_identity(&self, vm: &str, ip: &str, host_name: &str) -> Result<()> {

@@ -29,9 +29,12 @@ fn migration_config(cluster: &TestCluster) -> Result<std::path::PathBuf> {
 }
 
 fn start_ccm(cluster: &TestCluster, name: &str) -> Result<CcmProcess> {
+    start_ccm_with(cluster, name, &migration_config(cluster)?)
+}
+
+fn start_ccm_with(cluster: &TestCluster, name: &str, config: &std::path::Path) -> Result<CcmProcess> {
     let cloud = cluster.dir().join("fake.json");
     std::fs::write(&cloud, "{}")?;
-    let config = migration_config(cluster)?;
     CcmProcess::start(
         FAKE,
         name,
@@ -245,25 +248,12 @@ fn migration_config_errors_stop_the_start_with_a_reason() -> Result<()> {
 async fn a_config_naming_the_other_components_controllers_starts_with_a_warning() -> Result<()> {
     // One file for both components: kube-controller-manager's `nodeipam` means nothing here.
     let cluster = TestCluster::start().await?;
-    let cloud = cluster.dir().join("fake.json");
-    std::fs::write(&cloud, "{}")?;
     let config = cluster.dir().join("shared-migration.yaml");
     std::fs::write(
         &config,
         "kind: LeaderMigrationConfiguration\napiVersion: controllermanager.config.k8s.io/v1\nleaderName: cloud-provider-extraction-migration\ncontrollerLeaders:\n  - name: route\n    component: \"*\"\n  - name: service\n    component: \"*\"\n  - name: cloud-node-lifecycle\n    component: \"*\"\n  - name: nodeipam\n    component: kube-controller-manager\n",
     )?;
-    let ccm = CcmProcess::start(
-        FAKE,
-        "ccm-shared-config",
-        cluster.kubeconfig_path(),
-        cluster.dir(),
-        &[
-            format!("--cloud-config={}", cloud.display()),
-            "--cluster-cidr=10.244.0.0/16".into(),
-            "--enable-leader-migration".into(),
-            format!("--leader-migration-config={}", config.display()),
-        ],
-    )?;
+    let ccm = start_ccm_with(&cluster, "ccm-shared-config", &config)?;
     wait_for(
         "the migrated controllers run",
         Duration::from_secs(60),

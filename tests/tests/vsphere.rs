@@ -136,14 +136,7 @@ async fn zone_and_region_come_from_tags_on_the_cluster_and_the_datacenter() -> R
     let cluster = TestCluster::start().await?;
     let vcsim = Vcsim::start_with(model(2))?;
     identify(&vcsim, 2)?;
-    for (category, tag, object) in [
-        ("k8s-zone", "zone-a", "/DC0/host/DC0_C0"),
-        ("k8s-region", "region-1", "/DC0"),
-    ] {
-        vcsim.govc(&["tags.category.create", category])?;
-        vcsim.govc(&["tags.create", "-c", category, tag])?;
-        vcsim.govc(&["tags.attach", "-c", category, tag, object])?;
-    }
+    vcsim.tag_zone_and_region()?;
     let config = cloud_config(&cluster, &vcsim, true)?;
     let _ccm = start_ccm(&cluster, &config, "ccm-vsphere-zones", &[])?;
     let nodes: Api<Node> = Api::all(cluster.client().await?);
@@ -222,14 +215,7 @@ async fn twenty_nodes_reuse_one_soap_and_one_rest_session() -> Result<()> {
     let cluster = TestCluster::start().await?;
     let vcsim = Vcsim::start_with(model(20))?;
     identify(&vcsim, 20)?;
-    for (category, tag, object) in [
-        ("k8s-zone", "zone-a", "/DC0/host/DC0_C0"),
-        ("k8s-region", "region-1", "/DC0"),
-    ] {
-        vcsim.govc(&["tags.category.create", category])?;
-        vcsim.govc(&["tags.create", "-c", category, tag])?;
-        vcsim.govc(&["tags.attach", "-c", category, tag, object])?;
-    }
+    vcsim.tag_zone_and_region()?;
     let config = cloud_config(&cluster, &vcsim, true)?;
     let ccm = start_ccm(
         &cluster,

@@ -315,14 +315,16 @@ impl Workspace {
         m.location == Location::Staged && self.provider_of(&m.name).is_none()
     }
 
-    /// Direct dependencies of a member, every kind, from its manifest.
-    pub fn direct_deps(&self, name: &str) -> Vec<DepEdge> {
-        let Some(pkg) = self
-            .metadata
+    fn member_package(&self, name: &str) -> Option<&Package> {
+        self.metadata
             .workspace_packages()
             .into_iter()
             .find(|p| p.name.as_str() == name)
-        else {
+    }
+
+    /// Direct dependencies of a member, every kind, from its manifest.
+    pub fn direct_deps(&self, name: &str) -> Vec<DepEdge> {
+        let Some(pkg) = self.member_package(name) else {
             return Vec::new();
         };
         pkg.dependencies
@@ -372,12 +374,7 @@ impl Workspace {
     /// The resolved closure (normal and build edges, all features) of a member, names only,
     /// itself excluded.
     pub fn closure(&self, name: &str) -> BTreeSet<String> {
-        let Some(pkg) = self
-            .metadata
-            .workspace_packages()
-            .into_iter()
-            .find(|p| p.name.as_str() == name)
-        else {
+        let Some(pkg) = self.member_package(name) else {
             return BTreeSet::new();
         };
         let names: BTreeMap<&PackageId, &str> = self

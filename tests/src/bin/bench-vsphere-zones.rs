@@ -33,14 +33,7 @@ async fn main() -> Result<()> {
     let cluster = TestCluster::start().await?;
     let vcsim = Vcsim::start_with(small_model(n))?;
     vcsim.identify(n)?;
-    for (category, tag, object) in [
-        ("k8s-zone", "zone-a", "/DC0/host/DC0_C0"),
-        ("k8s-region", "region-1", "/DC0"),
-    ] {
-        vcsim.govc(&["tags.category.create", category])?;
-        vcsim.govc(&["tags.create", "-c", category, tag])?;
-        vcsim.govc(&["tags.attach", "-c", category, tag, object])?;
-    }
+    vcsim.tag_zone_and_region()?;
     let (cert, key) = vcsim.tls_files();
     let proxy = FaultProxy::start_tls(&format!("https://{}", vcsim.host_port()), &cert, &key).await?;
     let config = cluster.dir().join("vsphere.yaml");

@@ -983,6 +983,14 @@ mod tests {
         None
     }
 
+    /// Secret data from `(key, value)` pairs.
+    fn d(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<u8>> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+            .collect()
+    }
+
     #[test]
     fn yaml_is_tried_first() {
         let c = VsphereConfig::parse(Some(
@@ -1145,12 +1153,6 @@ mod tests {
         assert_eq!(c.vcenters["vc-east"].server, "10.1.1.1");
         assert_eq!(c.vcenters["vc-east"].port, 8443);
         assert_eq!(c.vcenters["vc77"].server, "vc77");
-        let d = |pairs: &[(&str, &str)]| {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
-                .collect::<BTreeMap<_, _>>()
-        };
         let c = credentials_from_secret(&d(&[
             ("vc.username", "a"),
             ("vc.password", "b"),
@@ -1213,12 +1215,6 @@ mod tests {
 
     #[test]
     fn secret_key_forms() {
-        let d = |pairs: &[(&str, &str)]| {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
-                .collect::<BTreeMap<_, _>>()
-        };
         let c = credentials_from_secret(&d(&[
             ("10.0.0.1.username", "a\n"),
             ("10.0.0.1.password", "b\n"),
