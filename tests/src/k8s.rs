@@ -122,7 +122,16 @@ pub async fn set_ready(nodes: &Api<Node>, name: &str, status: &str) -> Result<()
         reason: Some("Test".into()),
         ..Default::default()
     };
-    let patch = serde_json::json!({ "status": { "conditions": [cond] } });
+    patch_node_status(
+        nodes,
+        name,
+        serde_json::json!({ "status": { "conditions": [cond] } }),
+    )
+    .await
+}
+
+/// Merge-patches a Node's status subresource.
+pub async fn patch_node_status(nodes: &Api<Node>, name: &str, patch: serde_json::Value) -> Result<()> {
     nodes
         .patch_status(
             name,
@@ -133,18 +142,23 @@ pub async fn set_ready(nodes: &Api<Node>, name: &str, status: &str) -> Result<()
     Ok(())
 }
 
+/// Waits (up to `timeout`) until the Service `name` has a load-balancer ingress hostname.
+pub async fn wait_for_ingress(services: &Api<Service>, name: &str, timeout: Duration) -> Result<Service> {
+    wait_for(&format!("{name} ingress"), timeout, || async {
+        services
+            .get(name)
+            .await
+            .ok()
+            .filter(|s| ingress_hostname(s).is_some())
+    })
+    .await
+}
+
 /// Sets `status.nodeInfo.systemUUID` (what kubelet reports from SMBIOS).
 pub async fn set_system_uuid(nodes: &Api<Node>, name: &str, uuid: &str) -> Result<()> {
     let patch = serde_json::json!({"status": {"nodeInfo": {"systemUUID": uuid, "machineID": "", "bootID": "", "kernelVersion": "",
         "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "", "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"}}});
-    nodes
-        .patch_status(
-            name,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&patch),
-        )
-        .await?;
-    Ok(())
+    patch_node_status(nodes, name, patch).await
 }
 
 /// The Node, once the cloud-node controller has initialised it (no uninitialized taint, some

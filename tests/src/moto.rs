@@ -27,7 +27,7 @@ pub const ZONES: [&str; 2] = ["us-east-1a", "us-east-1b"];
 pub struct Moto {
     process: ManagedProcess,
     endpoint: String,
-    _dir: TempDir,
+    dir: TempDir,
 }
 
 impl std::fmt::Debug for Moto {
@@ -45,18 +45,23 @@ impl Moto {
         let bin = paths::test_bin("moto_server")?;
         let dir = tempfile::Builder::new().prefix("rcp-moto-").tempdir()?;
         let port = free_port();
+        let recording = dir.path().join("recording.jsonl");
         let process = ManagedProcess::spawn(
             "moto",
             &bin,
             &["-H".into(), "127.0.0.1".into(), "-p".into(), port.to_string()],
-            &[],
+            // moto's recorder: every request (with its body) as one JSON line, our request log.
+            &[
+                ("MOTO_ENABLE_RECORDING".into(), "True".into()),
+                ("MOTO_RECORDER_FILEPATH".into(), recording.display().to_string()),
+            ],
             &dir.path().join("moto.log"),
             Signal::SIGTERM,
         )?;
         let mut moto = Self {
             process,
             endpoint: format!("http://127.0.0.1:{port}"),
-            _dir: dir,
+            dir,
         };
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(2))
@@ -84,6 +89,39 @@ impl Moto {
     /// The moto log so far (one line per request).
     pub fn log(&self) -> String {
         self.process.log()
+    }
+
+    /// The bodies of every request moto received so far, in order, from moto's recorder
+    /// (query protocol: `Action=CreateTargetGroup&Name=…`).
+    pub fn requests(&self) -> Vec<String> {
+        use base64::Engine as _;
+        let Ok(text) = std::fs::read_to_string(self.dir.path().join("recording.jsonl")) else {
+            return Vec::new();
+        };
+        text.lines()
+            .filter_map(|line| {
+                let entry: serde_json::Value = serde_json::from_str(line).ok()?;
+                let body = entry["body"].as_str().unwrap_or_default();
+                if entry["body_encoded"].as_bool() == Some(true) {
+                    String::from_utf8(base64::engine::general_purpose::STANDARD.decode(body).ok()?).ok()
+                } else {
+                    Some(body.to_string())
+                }
+            })
+            .collect()
+    }
+
+    /// The API actions (`Action=…` of the query protocol: `CreateTargetGroup`, `DescribeTags`, …)
+    /// of every request moto received so far, in order.
+    pub fn actions(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .filter_map(|body| {
+                body.split('&')
+                    .find_map(|kv| kv.strip_prefix("Action="))
+                    .map(str::to_string)
+            })
+            .collect()
     }
 
     /// Number of HTTP requests moto has answered so far (from its request log).

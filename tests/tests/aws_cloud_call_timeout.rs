@@ -11,20 +11,13 @@ use rcp_e2e::{
     Moto, TestCluster,
     ccm::CcmProcess,
     fault_proxy::{Action, FaultProxy, Rule},
-    k8s::{events_for, ingress_hostname, load_balancer_service, register_tainted_nodes, wait_for},
+    k8s::{events_for, load_balancer_service, register_tainted_nodes, wait_for, wait_for_ingress},
 };
 
 const T: Duration = Duration::from_secs(90);
 
 async fn ingress(services: &Api<Service>, name: &str) -> Result<Service> {
-    wait_for(&format!("{name} ingress"), T, || async {
-        services
-            .get(name)
-            .await
-            .ok()
-            .filter(|s| ingress_hostname(s).is_some())
-    })
-    .await
+    wait_for_ingress(services, name, T).await
 }
 
 #[tokio::test]

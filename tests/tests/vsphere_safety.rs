@@ -44,6 +44,16 @@ fn start_ccm(cluster: &TestCluster, yaml: &str, name: &str, extra: &[&str]) -> R
     CcmProcess::start(BIN, name, cluster.kubeconfig_path(), cluster.dir(), &args)
 }
 
+/// A config with the vCenter `sim` at 127.0.0.1:`port` and vcsim's user and password inline;
+/// `extra_global` lines go into `global:`.
+fn inline_config(vcsim: &Vcsim, port: &str, extra_global: &str) -> Result<String> {
+    Ok(format!(
+        "global:\n  user: {}\n  password: {}\n  port: {port}\n  insecureFlag: true\n{extra_global}vcenter:\n  sim:\n    server: 127.0.0.1\n",
+        serde_json::to_string(vcsim.username())?,
+        serde_json::to_string(vcsim.password())?,
+    ))
+}
+
 /// An initialised Node (providerID set, no taint) whose kubelet stopped reporting.
 async fn not_ready_node(nodes: &Api<Node>, name: &str, provider_id: &str) -> Result<()> {
     let node = Node {
@@ -97,12 +107,7 @@ async fn doubt_never_deletes_a_node_and_proof_does() -> Result<()> {
     vcsim.identify(3)?;
     let (cert, key) = vcsim.tls_files();
     let proxy = FaultProxy::start_tls(&format!("https://{}", vcsim.host_port()), &cert, &key).await?;
-    let yaml = format!(
-        "global:\n  user: {}\n  password: {}\n  port: {}\n  insecureFlag: true\nvcenter:\n  sim:\n    server: 127.0.0.1\n",
-        serde_json::to_string(vcsim.username())?,
-        serde_json::to_string(vcsim.password())?,
-        proxy.port()
-    );
+    let yaml = inline_config(&vcsim, &proxy.port().to_string(), "")?;
     let nodes: Api<Node> = Api::all(cluster.client().await?);
     let uuids: Vec<String> = (0..3)
         .map(|i| vcsim.vm_uuid(&vm_name(i)))
@@ -381,12 +386,7 @@ async fn a_vcenter_restart_costs_one_login_and_shutdown_logs_out() -> Result<()>
         .map(|i| vcsim.vm_uuid(&vm_name(i)))
         .collect::<Result<_>>()?;
     // (The datacenter is named by its inventory path.)
-    let yaml = format!(
-        "global:\n  user: {}\n  password: {}\n  port: {}\n  insecureFlag: true\n  datacenters: [/DC0]\nvcenter:\n  sim:\n    server: 127.0.0.1\n",
-        serde_json::to_string(vcsim.username())?,
-        serde_json::to_string(vcsim.password())?,
-        port_of(vcsim.host_port())
-    );
+    let yaml = inline_config(&vcsim, port_of(vcsim.host_port()), "  datacenters: [/DC0]\n")?;
     let mut ccm = start_ccm(&cluster, &yaml, "ccm-sessions", &[])?;
     let nodes: Api<Node> = Api::all(cluster.client().await?);
     for (i, uuid) in uuids.iter().enumerate() {
@@ -415,12 +415,7 @@ async fn a_vcenter_restart_costs_one_login_and_shutdown_logs_out() -> Result<()>
 async fn a_changed_config_file_stops_the_ccm_gracefully_so_that_it_restarts() -> Result<()> {
     let cluster = TestCluster::start().await?;
     let vcsim = Vcsim::start_with(small_model(1))?;
-    let yaml = format!(
-        "global:\n  user: {}\n  password: {}\n  port: {}\n  insecureFlag: true\nvcenter:\n  sim:\n    server: 127.0.0.1\n",
-        serde_json::to_string(vcsim.username())?,
-        serde_json::to_string(vcsim.password())?,
-        port_of(vcsim.host_port())
-    );
+    let yaml = inline_config(&vcsim, port_of(vcsim.host_port()), "")?;
     let mut ccm = start_ccm(&cluster, &yaml, "ccm-config-change", &[])?;
     wait_for("CCM healthy", T, || async {
         (ccm.get("/healthz").await.ok()?.0 == 200).then_some(())

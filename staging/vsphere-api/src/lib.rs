@@ -122,6 +122,15 @@ impl Error {
     }
 }
 
+/// `server` as the host of a URL: an IPv6 address in brackets.
+pub(crate) fn url_host(server: &str) -> String {
+    if server.contains(':') && !server.starts_with('[') {
+        format!("[{server}]")
+    } else {
+        server.to_string()
+    }
+}
+
 /// An error with its whole `source()` chain, for messages (TLS details live deep in it).
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();

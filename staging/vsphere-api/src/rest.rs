@@ -75,11 +75,7 @@ impl RestClient {
         tls: &TlsOptions,
         credentials: impl Into<CredentialSource>,
     ) -> Result<Self, Error> {
-        let host = if server.contains(':') && !server.starts_with('[') {
-            format!("[{server}]")
-        } else {
-            server.to_string()
-        };
+        let host = crate::url_host(server);
         Ok(Self {
             base: format!("https://{host}:{port}"),
             http: http_client(tls, std::time::Duration::from_secs(30))?,

@@ -210,11 +210,7 @@ impl Client {
         tls: &TlsOptions,
         credentials: impl Into<CredentialSource>,
     ) -> Result<Self, Error> {
-        let host = if server.contains(':') && !server.starts_with('[') {
-            format!("[{server}]")
-        } else {
-            server.to_string()
-        };
+        let host = crate::url_host(server);
         Ok(Self {
             sdk_url: format!("https://{host}:{port}/sdk"),
             http: http_client(tls, Duration::from_secs(60))?,

@@ -139,6 +139,17 @@ fn list(v: &str) -> Vec<String> {
         .collect()
 }
 
+/// Whether the Service's `type` annotation hands it to another controller (`nlb-ip`,
+/// `external`), exactly as upstream's `isLBExternal`.
+pub fn is_external(service: &Service) -> bool {
+    service
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(&format!("{PREFIX}type")))
+        .is_some_and(|v| v == "nlb-ip" || v == "external")
+}
+
 impl LbOptions {
     /// Parses and validates a Service's annotations.
     pub fn parse(service: &Service) -> Result<Self, AnnotationError> {
@@ -161,23 +172,33 @@ impl LbOptions {
                     .filter(|n| (min..=max).contains(n))
                     .ok_or_else(|| bad(&format!("must be an integer from {min} to {max}")))
             };
+            // Go's strconv.ParseBool.
             let boolean = || -> Result<bool, AnnotationError> {
                 match value.trim() {
-                    "true" | "True" | "TRUE" | "1" => Ok(true),
-                    "false" | "False" | "FALSE" | "0" => Ok(false),
-                    _ => Err(bad("must be true or false")),
+                    "1" | "t" | "T" | "true" | "True" | "TRUE" => Ok(true),
+                    "0" | "f" | "F" | "false" | "False" | "FALSE" => Ok(false),
+                    _ => Err(bad(
+                        "must be true or false (or 1, t, T, TRUE, True, 0, f, F, FALSE, False)",
+                    )),
                 }
             };
             match suffix {
                 "type" => {
-                    o.kind = Some(match value.trim() {
+                    // Exactly as upstream's isNLB/isLBExternal: anything else is a Classic ELB,
+                    // so a Service migrated from the Go provider keeps its kind.
+                    o.kind = Some(match value.as_str() {
                         "nlb" => LbKind::Network,
                         "nlb-ip" | "external" => LbKind::Elsewhere,
-                        "" | "clb" | "classic" => LbKind::Classic,
-                        _ => return Err(bad("must be nlb, nlb-ip or external (absent = Classic ELB)")),
+                        other => {
+                            if !other.is_empty() {
+                                tracing::warn!(annotation = %key, value = %other, "unknown load-balancer type: a Classic ELB is used, as upstream does");
+                            }
+                            LbKind::Classic
+                        }
                     })
                 }
-                "internal" => o.internal = !value.trim().is_empty() && value.trim() != "false",
+                // As upstream: "" and exactly "false" mean internet-facing, anything else internal.
+                "internal" => o.internal = !value.is_empty() && value != "false",
                 "proxy-protocol" => {
                     if value.trim() != "*" {
                         return Err(bad("only \"*\" (all backends) is supported"));
@@ -478,10 +499,6 @@ mod tests {
     #[test]
     fn every_bad_value_names_the_annotation_and_value() {
         let cases: Vec<(Vec<(&str, &str)>, &str)> = vec![
-            (
-                vec![("type", "alb")],
-                "aws-load-balancer-type: \"alb\" is invalid",
-            ),
             (vec![("proxy-protocol", "true")], "only \"*\""),
             (vec![("access-log-emit-interval", "7")], "must be 5 or 60"),
             (
@@ -570,5 +587,47 @@ mod tests {
             Some(LbKind::Elsewhere)
         );
         assert!(!LbOptions::parse(&svc(&[("internal", "false")])).unwrap().internal);
+        // Upstream's exact comparisons: anything but "nlb", "nlb-ip", "external" is a CLB.
+        for other in ["NLB", " nlb", "alb", "classic"] {
+            assert_eq!(
+                LbOptions::parse(&svc(&[("type", other)])).unwrap().kind,
+                Some(LbKind::Classic),
+                "{other:?}"
+            );
+        }
+        assert!(
+            LbOptions::parse(&svc(&[("internal", " false")]))
+                .unwrap()
+                .internal
+        );
+        assert!(
+            LbOptions::parse(&svc(&[("internal", "0.0.0.0/0")]))
+                .unwrap()
+                .internal
+        );
+        assert!(is_external(&svc(&[("type", "nlb-ip")])));
+        assert!(!is_external(&svc(&[("type", "nlb")])));
+    }
+
+    #[test]
+    fn booleans_accept_what_go_parse_bool_accepts() {
+        for (v, want) in [
+            ("t", true),
+            ("T", true),
+            ("1", true),
+            ("TRUE", true),
+            ("f", false),
+            ("False", false),
+            ("0", false),
+        ] {
+            assert_eq!(
+                LbOptions::parse(&svc(&[("cross-zone-load-balancing-enabled", v)]))
+                    .unwrap()
+                    .cross_zone,
+                Some(want),
+                "{v}"
+            );
+        }
+        assert!(LbOptions::parse(&svc(&[("cross-zone-load-balancing-enabled", "yes")])).is_err());
     }
 }

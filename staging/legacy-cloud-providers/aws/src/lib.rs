@@ -84,8 +84,38 @@ pub struct AwsCloud {
     elb: aws_sdk_elasticloadbalancing::Client,
     elbv2: aws_sdk_elasticloadbalancingv2::Client,
     instances: Arc<InstanceCache>,
-    zone_ids: Mutex<BTreeMap<String, String>>,
+    /// Zone name → (zone ID, zone type), from `DescribeAvailabilityZones`.
+    zones: Mutex<BTreeMap<String, (String, String)>>,
     route_table: Mutex<Option<String>>,
+    self_network: tokio::sync::OnceCell<SelfNetwork>,
+    vpc_network: Mutex<Option<(std::time::Instant, Arc<lb::network::VpcNetwork>)>>,
+    /// Services (`ns/name`) whose NLB target groups may have leaked and are to be swept.
+    tg_sweep_pending: Mutex<std::collections::BTreeSet<String>>,
+    /// The API client and shutdown signal of [`CloudProvider::initialize`] (background work of
+    /// load-balancer type switches).
+    kube: std::sync::OnceLock<KubeContext>,
+    /// This provider, for background tasks (set by [`factory`]).
+    myself: std::sync::OnceLock<std::sync::Weak<AwsCloud>>,
+}
+
+/// What background tasks need from the controller manager.
+#[derive(Clone)]
+struct KubeContext {
+    client: kube::Client,
+    shutdown: tokio_util::sync::CancellationToken,
+}
+
+/// Where the cluster lives, as upstream works it out at start (AWS-04): the VPC of load
+/// balancers and security groups, the last-resort load-balancer subnet and the zone `GetZone`
+/// answers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SelfNetwork {
+    /// The cluster's VPC.
+    pub vpc_id: String,
+    /// The subnet of the instance the CCM runs on (or `[Global] SubnetID`); "" when unknown.
+    pub subnet_id: String,
+    /// The zone of the instance the CCM runs on (or `[Global] Zone`); "" when unknown.
+    pub zone: String,
 }
 
 impl std::fmt::Debug for AwsCloud {
@@ -229,9 +259,94 @@ impl AwsCloud {
             elb,
             elbv2,
             instances,
-            zone_ids: Mutex::new(BTreeMap::new()),
+            zones: Mutex::new(BTreeMap::new()),
             route_table: Mutex::new(None),
+            self_network: tokio::sync::OnceCell::new(),
+            vpc_network: Mutex::new(None),
+            tg_sweep_pending: Mutex::new(std::collections::BTreeSet::new()),
+            kube: std::sync::OnceLock::new(),
+            myself: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The cluster's VPC, self subnet and self zone (AWS-04), worked out on first use and kept:
+    ///
+    /// 1. `[Global] VPC` (with `SubnetID` and `Zone` as configured; upstream's "outside AWS"
+    ///    mode);
+    /// 2. else the VPC of `[Global] SubnetID`;
+    /// 3. else the instance the CCM runs on, through IMDS (`instance-id`) and
+    ///    `DescribeInstances`: its VPC, subnet and zone.
+    ///
+    /// Upstream also uses IMDS when `VPC` is set without `SubnetID`/`RoleARN`, and then takes
+    /// the instance's VPC over the configured one; here a configured VPC always wins. A failure
+    /// is not remembered: the next call tries again.
+    pub async fn self_network(&self) -> CloudResult<&SelfNetwork> {
+        self.self_network
+            .get_or_try_init(|| async {
+                let configured_zone = self.config.zone.clone();
+                if !self.config.vpc.is_empty() {
+                    return Ok(SelfNetwork {
+                        vpc_id: self.config.vpc.clone(),
+                        subnet_id: self.config.subnet_id.clone(),
+                        zone: configured_zone,
+                    });
+                }
+                if !self.config.subnet_id.is_empty() {
+                    let out = self
+                        .api
+                        .call(
+                            "describe_subnets",
+                            self.ec2
+                                .describe_subnets()
+                                .subnet_ids(&self.config.subnet_id)
+                                .send(),
+                        )
+                        .await
+                        .map_err(|e| {
+                            cloud_error(
+                                format!("finding the VPC of [Global] SubnetID {:?}", self.config.subnet_id),
+                                e,
+                            )
+                        })?;
+                    let subnet = out.subnets().first().ok_or_else(|| {
+                        CloudError::msg(format!(
+                            "[Global] SubnetID {:?}: no such subnet",
+                            self.config.subnet_id
+                        ))
+                    })?;
+                    return Ok(SelfNetwork {
+                        vpc_id: subnet.vpc_id().unwrap_or_default().to_string(),
+                        subnet_id: self.config.subnet_id.clone(),
+                        zone: if configured_zone.is_empty() {
+                            subnet.availability_zone().unwrap_or_default().to_string()
+                        } else {
+                            configured_zone
+                        },
+                    });
+                }
+                let id = imds_get(&imds_client(&self.config), "/latest/meta-data/instance-id")
+                    .await
+                    .map_err(|e| {
+                        CloudError::msg(format!(
+                            "cannot tell the cluster's VPC: [Global] VPC and SubnetID are not set and the instance metadata service did not answer ({e})"
+                        ))
+                    })?;
+                let me = self
+                    .lookup(&NodeKey::Id(id.clone()), METADATA_MAX_AGE)
+                    .await?
+                    .ok_or_else(|| {
+                        CloudError::msg(format!(
+                            "cannot tell the cluster's VPC: the instance the CCM runs on ({id}, from IMDS) is not in EC2"
+                        ))
+                    })?;
+                info!(instance = %me.id, vpc = %me.vpc_id, subnet = %me.subnet_id, "cluster VPC from the instance the CCM runs on");
+                Ok(SelfNetwork {
+                    vpc_id: me.vpc_id.clone(),
+                    subnet_id: me.subnet_id.clone(),
+                    zone: if configured_zone.is_empty() { me.zone.clone() } else { configured_zone },
+                })
+            })
+            .await
     }
 
     /// The region.
@@ -277,28 +392,44 @@ impl AwsCloud {
     }
 
     async fn zone_id(&self, zone: &str) -> Option<String> {
-        if let Some(id) = self.zone_ids.lock().get(zone) {
-            return Some(id.clone());
+        self.zone_details(zone).await.map(|(id, _)| id)
+    }
+
+    /// The ID and type (`availability-zone`, `local-zone`, `wavelength-zone`, …) of a zone;
+    /// `DescribeAvailabilityZones` (all zones, opted in or not) is asked again only when a zone
+    /// not seen before appears.
+    pub(crate) async fn zone_details(&self, zone: &str) -> Option<(String, String)> {
+        if let Some(d) = self.zones.lock().get(zone) {
+            return Some(d.clone());
         }
         match self
             .api
             .call(
                 "describe_availability_zones",
-                self.ec2.describe_availability_zones().send(),
+                self.ec2
+                    .describe_availability_zones()
+                    .all_availability_zones(true)
+                    .send(),
             )
             .await
         {
             Ok(out) => {
-                let mut ids = self.zone_ids.lock();
+                let mut zones = self.zones.lock();
                 for z in out.availability_zones() {
                     if let (Some(n), Some(i)) = (z.zone_name(), z.zone_id()) {
-                        ids.insert(n.to_string(), i.to_string());
+                        zones.insert(
+                            n.to_string(),
+                            (
+                                i.to_string(),
+                                z.zone_type().unwrap_or("availability-zone").to_string(),
+                            ),
+                        );
                     }
                 }
-                ids.get(zone).cloned()
+                zones.get(zone).cloned()
             }
             Err(e) => {
-                warn!(error = %e, "could not read availability zone IDs");
+                warn!(error = %e, "could not read availability zones");
                 None
             }
         }
@@ -340,8 +471,9 @@ pub fn factory() -> Factory {
     Arc::new(|config: Option<Vec<u8>>| {
         Box::pin(async move {
             let config = CloudConfig::parse(config.as_deref())?;
-            let cloud = AwsCloud::new(config).await?;
-            Ok(Arc::new(cloud) as Arc<dyn CloudProvider>)
+            let cloud = Arc::new(AwsCloud::new(config).await?);
+            let _ = cloud.myself.set(Arc::downgrade(&cloud));
+            Ok(cloud as Arc<dyn CloudProvider>)
         })
     })
 }
@@ -353,6 +485,10 @@ impl CloudProvider for AwsCloud {
     }
 
     async fn initialize(&self, ctx: InitContext) -> CloudResult<()> {
+        let _ = self.kube.set(KubeContext {
+            client: ctx.client.clone(),
+            shutdown: ctx.shutdown.clone(),
+        });
         self.instances.set_nodes(ctx.nodes);
         Ok(())
     }
@@ -489,14 +625,22 @@ impl Instances for AwsCloud {
 
 #[async_trait]
 impl Zones for AwsCloud {
+    /// AWS-20: the zone of the instance the CCM runs on (`[Global] Zone` when set).
     async fn get_zone(&self) -> CloudResult<Zone> {
-        if !self.config.zone.is_empty() {
-            return Ok(Zone {
-                failure_domain: self.config.zone.clone(),
-                region: self.region.clone(),
-            });
+        let zone = if self.config.zone.is_empty() {
+            self.self_network().await?.zone.clone()
+        } else {
+            self.config.zone.clone()
+        };
+        if zone.is_empty() {
+            return Err(CloudError::msg(
+                "cannot tell the zone of the CCM's own instance: set [Global] Zone",
+            ));
         }
-        Err(CloudError::NotImplemented)
+        Ok(Zone {
+            failure_domain: zone,
+            region: self.region.clone(),
+        })
     }
     async fn get_zone_by_provider_id(&self, provider_id: &str) -> CloudResult<Zone> {
         let i = self

@@ -5,7 +5,8 @@
 //! - `ListRoutes` returns every IPv4 route with a destination CIDR that targets an instance
 //!   (node name from the Node informer's provider IDs, else the instance's private DNS name) or
 //!   is a blackhole; other targets (gateways, NAT, …) are not listed, so the route controller
-//!   never touches them.
+//!   never touches them. A route to an instance EC2 does not know is left out too (upstream
+//!   does the same), never reported as a blackhole to be deleted.
 //! - `CreateRoute` turns the instance's source/destination check off (when it is on), replaces
 //!   a blackhole route for the same CIDR, and creates the route.
 
@@ -146,7 +147,12 @@ impl Routes for AwsCloud {
                         self.node_name_for_instance(&i.id, &i.private_dns_name),
                         i.state.as_deref() == Some("terminated"),
                     ),
-                    None => (String::new(), true),
+                    // As upstream: a route to an instance EC2 does not know is left out (and so
+                    // never deleted by the route controller) — it may be a lookup that lags.
+                    None => {
+                        tracing::warn!(route = %name, instance = instance_id, "route target instance not found; route left alone");
+                        continue;
+                    }
                 };
                 routes.push(Route {
                     name,

@@ -691,7 +691,7 @@ impl VsphereCloud {
         let mut seen = self.seen.lock();
         seen.insert(node.to_string(), r);
         if let Some(store) = self.nodes.lock().as_ref() {
-            let known = store.list().len();
+            let known = store.len();
             if seen.len() > known.max(16) {
                 seen.retain(|name, _| store.get(name).is_some());
             }

@@ -259,7 +259,7 @@ impl AwsCloud {
                     .elb
                     .create_load_balancer()
                     .load_balancer_name(name)
-                    .set_subnets(Some(subnets.iter().map(|s| s.0.clone()).collect()))
+                    .set_subnets(Some(subnets.iter().map(|s| s.id.clone()).collect()))
                     .set_security_groups(Some(groups.clone()))
                     .set_tags(Some(
                         tags.iter()
@@ -283,36 +283,7 @@ impl AwsCloud {
             }
             Some(lb) => {
                 self.sync_classic_listeners(name, lb, &wanted_listeners).await?;
-                let have: BTreeSet<String> = lb.subnets().iter().cloned().collect();
-                let want: BTreeSet<String> = subnets.iter().map(|s| s.0.clone()).collect();
-                let attach: Vec<String> = want.difference(&have).cloned().collect();
-                let detach: Vec<String> = have.difference(&want).cloned().collect();
-                if !attach.is_empty() {
-                    self.api
-                        .call(
-                            "elb_attach_load_balancer_to_subnets",
-                            self.elb
-                                .attach_load_balancer_to_subnets()
-                                .load_balancer_name(name)
-                                .set_subnets(Some(attach))
-                                .send(),
-                        )
-                        .await
-                        .map_err(|e| cloud_error(format!("attaching subnets to {name}"), e))?;
-                }
-                if !detach.is_empty() {
-                    self.api
-                        .call(
-                            "elb_detach_load_balancer_from_subnets",
-                            self.elb
-                                .detach_load_balancer_from_subnets()
-                                .load_balancer_name(name)
-                                .set_subnets(Some(detach))
-                                .send(),
-                        )
-                        .await
-                        .map_err(|e| cloud_error(format!("detaching subnets from {name}"), e))?;
-                }
+                self.sync_classic_subnets(name, lb, &subnets).await?;
                 let have_groups: BTreeSet<String> = lb.security_groups().iter().cloned().collect();
                 let want_groups: BTreeSet<String> = groups.iter().cloned().collect();
                 if have_groups != want_groups {
@@ -330,25 +301,7 @@ impl AwsCloud {
                     let replaced: Vec<String> = have_groups.difference(&want_groups).cloned().collect();
                     self.remove_replaced_groups(name, &replaced).await?;
                 }
-                if !opts.additional_tags.is_empty() {
-                    let extra = opts
-                        .additional_tags
-                        .iter()
-                        .map(|(k, v)| Tag::builder().key(k).value(v).build())
-                        .collect::<Result<Vec<_>, _>>()
-                        .map_err(|e| CloudError::msg(e.to_string()))?;
-                    self.api
-                        .call(
-                            "elb_add_tags",
-                            self.elb
-                                .add_tags()
-                                .load_balancer_names(name)
-                                .set_tags(Some(extra))
-                                .send(),
-                        )
-                        .await
-                        .map_err(|e| cloud_error(format!("tagging {name}"), e))?;
-                }
+                self.add_missing_classic_tags(name, &opts.additional_tags).await?;
                 lb.dns_name().unwrap_or_default().to_string()
             }
         };
@@ -393,9 +346,134 @@ impl AwsCloud {
         if !self.config.disable_security_group_ingress
             && let Some(lb_group) = groups.first()
         {
+            // `groups` is already in upstream's order (annotation, own/global, extras).
             self.sync_node_group_access(lb_group, instances).await?;
         }
         Ok(dns)
+    }
+
+    /// Moves the Classic ELB to `subnets`: new subnets in zones the ELB is not in are attached
+    /// first, then each subnet replaced within a zone is detached before its successor is
+    /// attached (an ELB has one subnet per zone), then subnets no longer wanted are detached —
+    /// so the ELB always keeps at least one subnet.
+    async fn sync_classic_subnets(
+        &self,
+        name: &str,
+        lb: &LoadBalancerDescription,
+        subnets: &[super::network::VpcSubnet],
+    ) -> CloudResult<()> {
+        let have: BTreeSet<String> = lb.subnets().iter().cloned().collect();
+        let want: BTreeSet<String> = subnets.iter().map(|s| s.id.clone()).collect();
+        if have == want {
+            return Ok(());
+        }
+        let removed: Vec<String> = have.difference(&want).cloned().collect();
+        let zone_of: std::collections::BTreeMap<String, String> = self
+            .describe_subnets(&removed)
+            .await?
+            .into_iter()
+            .map(|s| (s.id, s.zone))
+            .collect();
+        let mut free = Vec::new();
+        let mut replacing = Vec::new();
+        for s in subnets.iter().filter(|s| !have.contains(&s.id)) {
+            match zone_of.iter().find(|(_, z)| **z == s.zone) {
+                Some((old, _)) => replacing.push((old.clone(), s.id.clone())),
+                None => free.push(s.id.clone()),
+            }
+        }
+        self.attach_classic_subnets(name, free).await?;
+        let mut detached = BTreeSet::new();
+        for (old, new) in replacing {
+            self.detach_classic_subnets(name, vec![old.clone()]).await?;
+            detached.insert(old);
+            self.attach_classic_subnets(name, vec![new]).await?;
+        }
+        let rest: Vec<String> = removed.into_iter().filter(|r| !detached.contains(r)).collect();
+        self.detach_classic_subnets(name, rest).await
+    }
+
+    async fn attach_classic_subnets(&self, name: &str, subnets: Vec<String>) -> CloudResult<()> {
+        if subnets.is_empty() {
+            return Ok(());
+        }
+        self.api
+            .call(
+                "elb_attach_load_balancer_to_subnets",
+                self.elb
+                    .attach_load_balancer_to_subnets()
+                    .load_balancer_name(name)
+                    .set_subnets(Some(subnets))
+                    .send(),
+            )
+            .await
+            .map_err(|e| cloud_error(format!("attaching subnets to {name}"), e))?;
+        Ok(())
+    }
+
+    async fn detach_classic_subnets(&self, name: &str, subnets: Vec<String>) -> CloudResult<()> {
+        if subnets.is_empty() {
+            return Ok(());
+        }
+        self.api
+            .call(
+                "elb_detach_load_balancer_from_subnets",
+                self.elb
+                    .detach_load_balancer_from_subnets()
+                    .load_balancer_name(name)
+                    .set_subnets(Some(subnets))
+                    .send(),
+            )
+            .await
+            .map_err(|e| cloud_error(format!("detaching subnets from {name}"), e))?;
+        Ok(())
+    }
+
+    /// Adds the `additional-resource-tags` the ELB lacks (or has with another value); no call
+    /// when it has them all.
+    async fn add_missing_classic_tags(
+        &self,
+        name: &str,
+        wanted: &std::collections::BTreeMap<String, String>,
+    ) -> CloudResult<()> {
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let out = self
+            .api
+            .call(
+                "elb_describe_tags",
+                self.elb.describe_tags().load_balancer_names(name).send(),
+            )
+            .await
+            .map_err(|e| cloud_error(format!("reading the tags of {name}"), e))?;
+        let have: std::collections::BTreeMap<&str, &str> = out
+            .tag_descriptions()
+            .iter()
+            .flat_map(|d| d.tags())
+            .map(|t| (t.key(), t.value().unwrap_or_default()))
+            .collect();
+        let missing = wanted
+            .iter()
+            .filter(|(k, v)| have.get(k.as_str()) != Some(&v.as_str()))
+            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| CloudError::msg(e.to_string()))?;
+        if missing.is_empty() {
+            return Ok(());
+        }
+        self.api
+            .call(
+                "elb_add_tags",
+                self.elb
+                    .add_tags()
+                    .load_balancer_names(name)
+                    .set_tags(Some(missing))
+                    .send(),
+            )
+            .await
+            .map_err(|e| cloud_error(format!("tagging {name}"), e))?;
+        Ok(())
     }
 
     async fn sync_classic_listeners(
@@ -741,11 +819,7 @@ impl AwsCloud {
                 self.release_node_access(name, &id).await?;
                 continue;
             }
-            for other in self.vpc_security_groups().await? {
-                if Self::allows_group(&other, &id) {
-                    self.disallow_group(&other, &id).await?;
-                }
-            }
+            self.revoke_references(&id).await?;
             self.delete_owned_security_group(&g, Duration::from_secs(600))
                 .await?;
         }
@@ -780,12 +854,7 @@ impl AwsCloud {
             }
         }
         for g in &doomed {
-            let id = g.group_id().unwrap_or_default();
-            for other in self.vpc_security_groups().await? {
-                if Self::allows_group(&other, id) {
-                    self.disallow_group(&other, id).await?;
-                }
-            }
+            self.revoke_references(g.group_id().unwrap_or_default()).await?;
         }
         // A kept (bring-your-own) group through which the nodes admitted this load balancer:
         // only the node rules go (spec A6.5 step 3).
@@ -811,6 +880,24 @@ impl AwsCloud {
         }
         Ok(existed)
     }
+}
+
+/// The load balancer's group through which the nodes admit it, as upstream's
+/// `sortELBSecurityGroupList` orders them: the `security-groups` annotation's groups first (in
+/// its order), then the others, then the `extra-security-groups` (in its order); the first wins.
+pub fn primary_group(lb: &LoadBalancerDescription, opts: &LbOptions) -> Option<String> {
+    let rank = |g: &String| {
+        if let Some(i) = opts.security_groups.iter().position(|x| x == g) {
+            i
+        } else if let Some(j) = opts.extra_security_groups.iter().position(|x| x == g) {
+            opts.security_groups.len() + 1 + j
+        } else {
+            opts.security_groups.len()
+        }
+    };
+    let mut groups = lb.security_groups().to_vec();
+    groups.sort_by_key(|g| rank(g));
+    groups.into_iter().next()
 }
 
 fn to_listener(l: &ListenerSpec) -> Result<Listener, CloudError> {

@@ -3,10 +3,11 @@
 //!
 //! - Annotations are validated before anything is created or changed
 //!   ([`crate::annotations`]); so are the pre-flight rules of AWS-27.
-//! - A change of load-balancer type (annotation added, removed or changed) deletes the old
-//!   load balancer and its security groups before the new one is made (cp-aws#1254 leaked them;
-//!   upstream now refuses the change instead).
-//! - `nlb-ip` and `external` Services are answered "implemented elsewhere".
+//! - A change of load-balancer type (annotation added, removed or changed) makes the new load
+//!   balancer first and deletes the old one (with its security groups) once the Service's
+//!   status shows the new one (cp-aws#1254 leaked them; upstream now refuses the change).
+//! - `nlb-ip` and `external` Services are answered "implemented elsewhere" and are ignored on
+//!   deletion too (as upstream).
 //! - Deletion leaks nothing this provider made: owned groups lose every reference in the VPC
 //!   and are deleted with back-off on `DependencyViolation`; only resources tagged
 //!   `kubernetes.io/cluster/<id>=owned` are ever deleted.
@@ -162,6 +163,101 @@ impl AwsCloud {
     }
 }
 
+/// The load-balancer hostname the Service's status shows, if any.
+fn status_hostname(svc: &Service) -> Option<&str> {
+    svc.status
+        .as_ref()?
+        .load_balancer
+        .as_ref()?
+        .ingress
+        .as_ref()?
+        .first()?
+        .hostname
+        .as_deref()
+}
+
+/// How long a replaced load balancer waits for the Service's status to move to the new one
+/// before it is deleted anyway.
+pub const SWITCH_STATUS_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+impl AwsCloud {
+    /// Deletes the load balancer of kind `old` of `svc` (a type switch), if the Service still
+    /// wants the other kind.
+    async fn delete_replaced(&self, cluster: &str, svc: &Service, old: LbKind) -> CloudResult<()> {
+        let name = default_load_balancer_name(svc);
+        let opts = LbOptions::parse(svc).ok();
+        let wanted = opts.as_ref().and_then(|o| o.kind).unwrap_or(LbKind::Classic);
+        if wanted == old || wanted == LbKind::Elsewhere {
+            return Ok(());
+        }
+        let keep = Self::byo_groups(opts.as_ref());
+        let deleted = match old {
+            LbKind::Classic => self.delete_classic(&name, &keep).await?,
+            _ => self.delete_nlb(cluster, &name, svc, &keep).await?,
+        };
+        if deleted {
+            tracing::info!(lb = %name, service = %service_key(svc), from = ?old, to = ?wanted, "load-balancer type changed: deleted the old load balancer");
+        }
+        Ok(())
+    }
+
+    /// After a type switch: waits (in the background) until the Service's status shows the
+    /// new load balancer's hostname, then deletes the old one — so the Service is never without
+    /// a load balancer. Gives up waiting after [`SWITCH_STATUS_WAIT`] and deletes anyway, unless
+    /// the Service went or wants the old kind again.
+    fn delete_replaced_after_status_moves(&self, cluster: &str, svc: &Service, old: LbKind, new_dns: String) {
+        let Some(ctx) = self.kube.get().cloned() else {
+            return;
+        };
+        let Some(me) = self.myself.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        let (ns, name) = (
+            svc.metadata.namespace.clone().unwrap_or_default(),
+            svc.metadata.name.clone().unwrap_or_default(),
+        );
+        let uid = svc.metadata.uid.clone();
+        let cluster = cluster.to_string();
+        tokio::spawn(async move {
+            let services: kube::Api<Service> = kube::Api::namespaced(ctx.client.clone(), &ns);
+            let deadline = tokio::time::Instant::now() + SWITCH_STATUS_WAIT;
+            loop {
+                let fresh = tokio::select! {
+                    _ = ctx.shutdown.cancelled() => return,
+                    r = services.get_opt(&name) => r,
+                };
+                match fresh {
+                    Ok(Some(s)) if s.metadata.uid == uid => {
+                        if status_hostname(&s) == Some(new_dns.as_str())
+                            || tokio::time::Instant::now() > deadline
+                        {
+                            if let Err(e) = me.delete_replaced(&cluster, &s, old).await {
+                                tracing::warn!(service = %format!("{ns}/{name}"), error = %e, "could not delete the replaced load balancer; retried on the next sync");
+                            }
+                            return;
+                        }
+                    }
+                    // Gone (its deletion removes every kind) or replaced by another object.
+                    Ok(_) => return,
+                    Err(e) => tracing::debug!(error = %e, "reading the Service during a type switch"),
+                }
+                tokio::select! {
+                    _ = ctx.shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(2)) => {}
+                }
+            }
+        });
+    }
+
+    /// Whether a load balancer of the other kind than `kind` exists for `name`.
+    async fn other_kind_exists(&self, name: &str, kind: LbKind) -> CloudResult<bool> {
+        Ok(match kind {
+            LbKind::Classic => self.describe_nlb(name).await?.is_some(),
+            _ => self.describe_classic(name).await?.is_some(),
+        })
+    }
+}
+
 #[async_trait]
 impl LoadBalancer for AwsCloud {
     async fn get_load_balancer(
@@ -179,9 +275,14 @@ impl LoadBalancer for AwsCloud {
             .map(|lb| hostname_status(lb.dns_name().unwrap_or_default())))
     }
 
+    /// Creates or updates the load balancer. A change of type (annotation added, removed or
+    /// changed) creates the new load balancer first; the old one keeps serving until the
+    /// Service's status shows the new one and is deleted then (upstream refuses the change; a
+    /// first version of this provider deleted the old one first). If the new one cannot be
+    /// made, the error (a Warning event on the Service) says that the old one still serves.
     async fn ensure_load_balancer(
         &self,
-        _cluster: &str,
+        cluster: &str,
         svc: &Service,
         nodes: &[Arc<Node>],
     ) -> CloudResult<LoadBalancerStatus> {
@@ -192,31 +293,45 @@ impl LoadBalancer for AwsCloud {
         }
         let ports = preflight(svc, kind)?;
         let name = default_load_balancer_name(svc);
-        let keep = Self::byo_groups(Some(&opts));
-        // A type change: remove the other kind first (its groups included).
-        match kind {
-            LbKind::Classic => {
-                if self.delete_nlb(&name, svc, &keep).await? {
-                    tracing::info!(lb = %name, service = %service_key(svc), "load-balancer type changed: deleted the NLB");
-                }
-            }
+        let switching = self.other_kind_exists(&name, kind).await?;
+        let instances = self.target_instances(nodes, &opts).await?;
+        let ensured = match kind {
+            LbKind::Classic => self.ensure_classic(&name, svc, &opts, &ports, &instances).await,
             _ => {
-                if self.delete_classic(&name, &keep).await? {
-                    tracing::info!(lb = %name, service = %service_key(svc), "load-balancer type changed: deleted the classic ELB");
-                }
+                self.ensure_nlb(cluster, &name, svc, &opts, &ports, &instances)
+                    .await
+            }
+        };
+        let dns = match ensured {
+            Ok(dns) => dns,
+            Err(e) if switching => {
+                let (old, new) = match kind {
+                    LbKind::Classic => ("NLB", "classic ELB"),
+                    _ => ("classic ELB", "NLB"),
+                };
+                return Err(CloudError::msg(format!(
+                    "switching load-balancer type: the new {new} could not be made, the {old} keeps serving: {e}"
+                )));
+            }
+            Err(e) => return Err(e),
+        };
+        if switching {
+            let old = match kind {
+                LbKind::Classic => LbKind::Network,
+                _ => LbKind::Classic,
+            };
+            if !dns.is_empty() && status_hostname(svc) == Some(dns.as_str()) {
+                self.delete_replaced(cluster, svc, old).await?;
+            } else if !dns.is_empty() {
+                self.delete_replaced_after_status_moves(cluster, svc, old, dns.clone());
             }
         }
-        let instances = self.target_instances(nodes, &opts).await?;
-        let dns = match kind {
-            LbKind::Classic => self.ensure_classic(&name, svc, &opts, &ports, &instances).await?,
-            _ => self.ensure_nlb(&name, svc, &opts, &ports, &instances).await?,
-        };
         Ok(hostname_status(&dns))
     }
 
     async fn update_load_balancer(
         &self,
-        _cluster: &str,
+        cluster: &str,
         svc: &Service,
         nodes: &[Arc<Node>],
     ) -> CloudResult<()> {
@@ -235,9 +350,9 @@ impl LoadBalancer for AwsCloud {
                     .ok_or_else(|| CloudError::msg(format!("classic ELB {name} does not exist")))?;
                 self.sync_classic_instances(&name, Some(&lb), &instances).await?;
                 if !self.config.disable_security_group_ingress
-                    && let Some(g) = lb.security_groups().first()
+                    && let Some(g) = classic::primary_group(&lb, &opts)
                 {
-                    self.sync_node_group_access(g, &instances).await?;
+                    self.sync_node_group_access(&g, &instances).await?;
                 }
                 Ok(())
             }
@@ -246,20 +361,25 @@ impl LoadBalancer for AwsCloud {
                     return Err(CloudError::msg(format!("NLB {name} does not exist")));
                 }
                 let ports = preflight(svc, kind)?;
-                self.ensure_nlb(&name, svc, &opts, &ports, &instances)
+                self.ensure_nlb(cluster, &name, svc, &opts, &ports, &instances)
                     .await
                     .map(|_| ())
             }
         }
     }
 
-    async fn ensure_load_balancer_deleted(&self, _cluster: &str, svc: &Service) -> CloudResult<()> {
+    /// Deletes whatever this provider made for the Service, of either kind. A Service of type
+    /// `nlb-ip`/`external` belongs to another controller and is left alone, as upstream does.
+    async fn ensure_load_balancer_deleted(&self, cluster: &str, svc: &Service) -> CloudResult<()> {
         let name = default_load_balancer_name(svc);
+        if crate::annotations::is_external(svc) {
+            return Ok(());
+        }
         // Bad annotations must not block deletion: only the groups they name are kept.
         let opts = LbOptions::parse(svc).ok();
         let keep = Self::byo_groups(opts.as_ref());
         self.delete_classic(&name, &keep).await?;
-        self.delete_nlb(&name, svc, &keep).await?;
+        self.delete_nlb(cluster, &name, svc, &keep).await?;
         Ok(())
     }
 }

@@ -4,10 +4,14 @@
 //! `KubernetesCluster=<id>`) are ever deleted, and rules are only ever revoked from groups that
 //! carry the cluster tag, or from the load balancer's own group.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
 
 use aws_sdk_ec2::types::{
-    Filter, IpPermission, IpRange, ResourceType, SecurityGroup, Tag, TagSpecification, UserIdGroupPair,
+    Filter, IpPermission, IpRange, ResourceType, RouteTable, SecurityGroup, Tag, TagSpecification,
+    UserIdGroupPair,
 };
 use k8s_cloud_provider::{CloudError, CloudResult};
 
@@ -60,7 +64,7 @@ pub fn cidr_rules(group: &SecurityGroup) -> Vec<CidrRule> {
     out
 }
 
-fn tags_of(group: &SecurityGroup) -> BTreeMap<String, String> {
+pub(crate) fn tags_of(group: &SecurityGroup) -> BTreeMap<String, String> {
     group
         .tags()
         .iter()
@@ -99,180 +103,228 @@ impl AwsCloud {
         tags.into_iter().collect()
     }
 
-    /// The VPC of the cluster (`[Global] VPC`, else the VPC of the cluster's route table).
+    /// The VPC of the cluster ([`AwsCloud::self_network`]).
     pub(crate) async fn vpc_id(&self) -> CloudResult<String> {
-        if !self.config.vpc.is_empty() {
-            return Ok(self.config.vpc.clone());
-        }
-        let table = self.route_table_id().await?;
-        let out = self
-            .api
-            .call(
-                "describe_route_tables",
-                self.ec2.describe_route_tables().route_table_ids(&table).send(),
-            )
-            .await
-            .map_err(|e| cloud_error("finding the cluster VPC", e))?;
-        out.route_tables()
-            .first()
-            .and_then(|t| t.vpc_id())
-            .map(str::to_string)
-            .ok_or_else(|| {
-                CloudError::msg("cannot tell the cluster's VPC: set [Global] VPC in the cloud config")
-            })
+        Ok(self.self_network().await?.vpc_id.clone())
     }
 
-    /// Subnets for a load balancer (AWS-29): the `subnets` annotation (IDs or Name tags), else
-    /// one subnet per zone among the cluster's (or untagged) subnets — public ones only for
-    /// internet-facing load balancers — preferring the role tag, then the cluster tag, then
-    /// the smallest ID; else `[Global] SubnetID`.
-    pub(crate) async fn lb_subnets(
-        &self,
-        internal: bool,
-        wanted: &[String],
-    ) -> CloudResult<Vec<(String, String, String)>> {
+    /// The subnets and route tables of the cluster's VPC, kept for [`VPC_NETWORK_TTL`] so that
+    /// many Services synced together ask EC2 once (paginated).
+    pub(crate) async fn vpc_network(&self) -> CloudResult<Arc<VpcNetwork>> {
+        if let Some((at, net)) = self.vpc_network.lock().clone()
+            && at.elapsed() < VPC_NETWORK_TTL
+        {
+            return Ok(net);
+        }
         let vpc = self.vpc_id().await?;
-        let out = self
-            .api
-            .call(
-                "describe_subnets",
-                self.ec2
-                    .describe_subnets()
-                    .filters(Filter::builder().name("vpc-id").values(&vpc).build())
-                    .send(),
-            )
-            .await
-            .map_err(|e| cloud_error("listing subnets", e))?;
-        // (id, zone, cidr, tags)
-        let subnets: Vec<(String, String, String, BTreeMap<String, String>)> = out
-            .subnets()
-            .iter()
-            .map(|s| {
-                (
-                    s.subnet_id().unwrap_or_default().to_string(),
-                    s.availability_zone().unwrap_or_default().to_string(),
-                    s.cidr_block().unwrap_or_default().to_string(),
-                    s.tags()
-                        .iter()
-                        .filter_map(|t| {
-                            Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string()))
-                        })
-                        .collect(),
+        let vpc_filter = Filter::builder().name("vpc-id").values(&vpc).build();
+        let mut subnets = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self
+                .api
+                .call(
+                    "describe_subnets",
+                    self.ec2
+                        .describe_subnets()
+                        .filters(vpc_filter.clone())
+                        .set_next_token(token.take())
+                        .send(),
                 )
+                .await
+                .map_err(|e| cloud_error(format!("listing the subnets of {vpc}"), e))?;
+            subnets.extend(page.subnets().iter().map(VpcSubnet::from_sdk));
+            token = page.next_token().filter(|t| !t.is_empty()).map(str::to_string);
+            if token.is_none() {
+                break;
+            }
+        }
+        let mut route_tables = Vec::new();
+        loop {
+            let page = self
+                .api
+                .call(
+                    "describe_route_tables",
+                    self.ec2
+                        .describe_route_tables()
+                        .filters(vpc_filter.clone())
+                        .set_next_token(token.take())
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error(format!("listing the route tables of {vpc}"), e))?;
+            route_tables.extend(page.route_tables().iter().cloned());
+            token = page.next_token().filter(|t| !t.is_empty()).map(str::to_string);
+            if token.is_none() {
+                break;
+            }
+        }
+        let net = Arc::new(VpcNetwork {
+            vpc_id: vpc,
+            subnets,
+            route_tables,
+        });
+        *self.vpc_network.lock() = Some((std::time::Instant::now(), net.clone()));
+        Ok(net)
+    }
+
+    /// Subnets for a load balancer (AWS-29), as upstream picks them:
+    ///
+    /// - the `subnets` annotation: IDs (`subnet-…`) and `Name` tags in the VPC; a name that
+    ///   matches no subnet or several is an error naming them (upstream only counts);
+    /// - else the VPC's subnets tagged for this cluster or for no cluster (the CCM's own subnet
+    ///   when there are none), public ones only for internet-facing load balancers, one per
+    ///   zone — preferring the role tag, then the cluster tag, then the smallest ID — and only
+    ///   in zones of type `availability-zone` (local, wavelength and outpost zones cannot hold
+    ///   a CLB or NLB).
+    pub(crate) async fn lb_subnets(&self, internal: bool, wanted: &[String]) -> CloudResult<Vec<VpcSubnet>> {
+        let net = self.vpc_network().await?;
+        if !wanted.is_empty() {
+            return self.named_subnets(&net, wanted).await;
+        }
+        let mut candidates: Vec<&VpcSubnet> = net
+            .subnets
+            .iter()
+            .filter(|s| {
+                self.tagged_for_cluster(&s.tags)
+                    || !s.tags.keys().any(|k| k.starts_with("kubernetes.io/cluster/"))
             })
             .collect();
-        if !wanted.is_empty() {
-            let mut chosen = Vec::new();
-            for w in wanted {
-                let found = subnets.iter().find(|s| &s.0 == w || s.3.get("Name") == Some(w));
-                match found {
-                    Some(s) => chosen.push((s.0.clone(), s.1.clone(), s.2.clone())),
-                    None => {
-                        return Err(CloudError::msg(format!(
-                            "annotation service.beta.kubernetes.io/aws-load-balancer-subnets: {w:?} is neither a subnet ID nor a Name tag of a subnet in {vpc}"
-                        )));
-                    }
-                }
-            }
-            return Ok(chosen);
+        let self_subnet;
+        if candidates.is_empty() {
+            let own = self.self_network().await?.subnet_id.clone();
+            tracing::warn!(subnet = %own, "no tagged subnets found; falling back to the CCM's own subnet");
+            self_subnet = self.describe_subnets(std::slice::from_ref(&own)).await?;
+            candidates = self_subnet.iter().collect();
         }
-        let public: BTreeSet<String> = if internal {
-            BTreeSet::new()
-        } else {
-            self.public_subnets(&vpc).await?
-        };
         let role = if internal {
             "kubernetes.io/role/internal-elb"
         } else {
             "kubernetes.io/role/elb"
         };
-        let mut by_zone: BTreeMap<String, (u8, String, String)> = BTreeMap::new();
-        for (id, zone, cidr, tags) in &subnets {
-            let cluster_tagged = self.tagged_for_cluster(tags);
-            let other_cluster =
-                tags.keys().any(|k| k.starts_with("kubernetes.io/cluster/")) && !cluster_tagged;
-            if other_cluster || (!internal && !public.contains(id)) {
+        let mut by_zone: BTreeMap<&str, &VpcSubnet> = BTreeMap::new();
+        for s in candidates {
+            if s.zone.is_empty() || s.id.is_empty() {
                 continue;
             }
-            let rank = if tags.contains_key(role) {
-                0
-            } else if cluster_tagged {
-                1
-            } else {
-                2
-            };
-            let better = match by_zone.get(zone) {
+            if !internal && !net.is_public(&s.id) {
+                continue;
+            }
+            let better = match by_zone.get(s.zone.as_str()) {
                 None => true,
-                Some((r, other, _)) => rank < *r || (rank == *r && id < other),
+                Some(have) => {
+                    let rank = |x: &VpcSubnet| {
+                        (
+                            !x.tags.contains_key(role),
+                            !self.tagged_for_cluster(&x.tags),
+                            x.id.clone(),
+                        )
+                    };
+                    rank(s) < rank(have)
+                }
             };
             if better {
-                by_zone.insert(zone.clone(), (rank, id.clone(), cidr.clone()));
+                by_zone.insert(&s.zone, s);
             }
         }
-        if by_zone.is_empty() {
-            if let Some(s) = subnets.iter().find(|s| s.0 == self.config.subnet_id) {
-                return Ok(vec![(s.0.clone(), s.1.clone(), s.2.clone())]);
+        let mut chosen = Vec::new();
+        for (zone, s) in by_zone {
+            match self.zone_details(zone).await {
+                Some((_, kind)) if kind != "availability-zone" => {
+                    tracing::debug!(zone, kind = %kind, subnet = %s.id, "skipping a subnet outside a regular availability zone");
+                }
+                _ => chosen.push(s.clone()),
             }
+        }
+        if chosen.is_empty() {
             return Err(CloudError::msg(format!(
-                "no {} subnet found in {vpc} for the load balancer: tag subnets with {} or set the subnets annotation",
-                if internal { "" } else { "public" },
-                role
+                "could not find any suitable {}subnets in {} for the load balancer: tag subnets with {role} or set the subnets annotation",
+                if internal { "" } else { "public " },
+                net.vpc_id
             )));
         }
-        Ok(by_zone
-            .into_iter()
-            .map(|(zone, (_, id, cidr))| (id, zone, cidr))
-            .collect())
+        Ok(chosen)
     }
 
-    /// Subnets whose route table (explicit association, else the VPC's main table) routes
-    /// through an internet gateway.
-    async fn public_subnets(&self, vpc: &str) -> CloudResult<BTreeSet<String>> {
-        let out = self
-            .api
-            .call(
-                "describe_route_tables",
-                self.ec2
-                    .describe_route_tables()
-                    .filters(Filter::builder().name("vpc-id").values(vpc).build())
-                    .send(),
-            )
-            .await
-            .map_err(|e| cloud_error("listing route tables", e))?;
-        let subnets = self
+    /// The subnets of the `subnets` annotation.
+    async fn named_subnets(&self, net: &VpcNetwork, wanted: &[String]) -> CloudResult<Vec<VpcSubnet>> {
+        const ANNOTATION: &str = "annotation service.beta.kubernetes.io/aws-load-balancer-subnets";
+        let ids: Vec<String> = wanted
+            .iter()
+            .filter(|w| w.starts_with("subnet-"))
+            .cloned()
+            .collect();
+        let by_id = self.describe_subnets(&ids).await?;
+        let mut chosen = Vec::new();
+        for w in wanted {
+            if w.starts_with("subnet-") {
+                match by_id.iter().find(|s| &s.id == w) {
+                    Some(s) => chosen.push(s.clone()),
+                    None => {
+                        return Err(CloudError::msg(format!(
+                            "{ANNOTATION}: subnet {w:?} does not exist"
+                        )));
+                    }
+                }
+                continue;
+            }
+            let named: Vec<&VpcSubnet> = net
+                .subnets
+                .iter()
+                .filter(|s| s.tags.get("Name") == Some(w))
+                .collect();
+            match named.as_slice() {
+                [one] => chosen.push((*one).clone()),
+                [] => {
+                    return Err(CloudError::msg(format!(
+                        "{ANNOTATION}: no subnet in {} has the Name tag {w:?}",
+                        net.vpc_id
+                    )));
+                }
+                many => {
+                    return Err(CloudError::msg(format!(
+                        "{ANNOTATION}: the Name {w:?} is ambiguous, {} subnets in {} have it ({}); use subnet IDs",
+                        many.len(),
+                        net.vpc_id,
+                        many.iter().map(|s| s.id.as_str()).collect::<Vec<_>>().join(", ")
+                    )));
+                }
+            }
+        }
+        Ok(chosen)
+    }
+
+    /// Subnets by ID (any VPC), answered from the VPC cache when it has them all.
+    pub(crate) async fn describe_subnets(&self, ids: &[String]) -> CloudResult<Vec<VpcSubnet>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        if let Some((_, net)) = self.vpc_network.lock().clone() {
+            let found: Vec<VpcSubnet> = net
+                .subnets
+                .iter()
+                .filter(|s| ids.contains(&s.id))
+                .cloned()
+                .collect();
+            if found.len() == ids.len() {
+                return Ok(found);
+            }
+        }
+        let r = self
             .api
             .call(
                 "describe_subnets",
                 self.ec2
                     .describe_subnets()
-                    .filters(Filter::builder().name("vpc-id").values(vpc).build())
+                    .set_subnet_ids(Some(ids.to_vec()))
                     .send(),
             )
-            .await
-            .map_err(|e| cloud_error("listing subnets", e))?;
-        let mut main_public = false;
-        let mut explicit: BTreeMap<String, bool> = BTreeMap::new();
-        for t in out.route_tables() {
-            let public = t
-                .routes()
-                .iter()
-                .any(|r| r.gateway_id().is_some_and(|g| g.starts_with("igw")));
-            for a in t.associations() {
-                if a.main() == Some(true) {
-                    main_public = public;
-                }
-                if let Some(s) = a.subnet_id() {
-                    explicit.insert(s.to_string(), public);
-                }
-            }
-        }
-        Ok(subnets
-            .subnets()
-            .iter()
-            .filter_map(|s| s.subnet_id())
-            .filter(|id| explicit.get(*id).copied().unwrap_or(main_public))
-            .map(str::to_string)
-            .collect())
+            .await;
+        let out = not_found_as_none(r, &["InvalidSubnetID.NotFound"])
+            .map_err(|e| cloud_error(format!("describing subnets {ids:?}"), e))?;
+        Ok(out
+            .map(|o| o.subnets().iter().map(VpcSubnet::from_sdk).collect())
+            .unwrap_or_default())
     }
 
     /// Security groups by ID.
@@ -330,9 +382,14 @@ impl AwsCloud {
                     "security group {name} ({id}) is tagged for another cluster"
                 )));
             }
+            // Read-repair like upstream, but gentler: only cluster tags that are absent are
+            // added; a `shared` value or any other existing tag is never rewritten.
             let missing: Vec<Tag> = tags
                 .iter()
-                .filter(|(k, v)| have.get(k) != Some(v))
+                .filter(|(k, _)| {
+                    (k.starts_with("kubernetes.io/cluster/") || k == "KubernetesCluster")
+                        && !have.contains_key(k)
+                })
                 .map(|(k, v)| Tag::builder().key(k).value(v).build())
                 .collect();
             if !missing.is_empty() {
@@ -427,7 +484,7 @@ impl AwsCloud {
 
     /// Adds `perms` to the ingress of `group_id` (nothing when empty); a rule EC2 already has
     /// (`InvalidPermission.Duplicate`) is not an error. `context` names the step in errors.
-    async fn authorize_ingress(
+    pub(crate) async fn authorize_ingress(
         &self,
         group_id: &str,
         perms: Vec<IpPermission>,
@@ -459,7 +516,7 @@ impl AwsCloud {
 
     /// Removes `perms` from the ingress of `group_id` (nothing when empty). `context` names the
     /// step in errors.
-    async fn revoke_ingress(
+    pub(crate) async fn revoke_ingress(
         &self,
         group_id: &str,
         perms: Vec<IpPermission>,
@@ -480,39 +537,6 @@ impl AwsCloud {
             .await
             .map(|_| ())
             .map_err(|e| cloud_error(context(), e))
-    }
-
-    /// Adds `rules` to `group_id` where missing (node groups: never removes others' rules).
-    pub(crate) async fn add_cidr_rules(&self, group: &SecurityGroup, rules: &[CidrRule]) -> CloudResult<()> {
-        let have: Vec<CidrRule> = cidr_rules(group);
-        let add: Vec<IpPermission> = rules
-            .iter()
-            .filter(|r| {
-                !have.iter().any(|h| {
-                    h.protocol == r.protocol
-                        && h.from == r.from
-                        && h.to == r.to
-                        && h.cidr == r.cidr
-                        && h.description == r.description
-                })
-            })
-            .map(CidrRule::to_permission)
-            .collect();
-        let id = group.group_id().unwrap_or_default();
-        self.authorize_ingress(id, add, || format!("authorizing ingress on {id}"))
-            .await
-    }
-
-    /// Revokes every CIDR rule whose description is `description` from `group`.
-    pub(crate) async fn revoke_described(&self, group: &SecurityGroup, description: &str) -> CloudResult<()> {
-        let remove: Vec<IpPermission> = cidr_rules(group)
-            .into_iter()
-            .filter(|r| r.description == description)
-            .map(|r| r.to_permission())
-            .collect();
-        let id = group.group_id().unwrap_or_default();
-        self.revoke_ingress(id, remove, || format!("revoking ingress on {id}"))
-            .await
     }
 
     /// Whether `group` allows everything from `source_group`.
@@ -611,10 +635,11 @@ impl AwsCloud {
     /// never edited or deleted). Kept while another load balancer still has `lb_group`, so two
     /// Services sharing one BYO group do not cut each other off.
     pub(crate) async fn release_node_access(&self, name: &str, lb_group: &str) -> CloudResult<()> {
-        let groups = self.vpc_security_groups().await?;
-        let admitting: Vec<&SecurityGroup> = groups
-            .iter()
-            .filter(|g| self.tagged_for_cluster(&tags_of(g)) && Self::allows_group(g, lb_group))
+        let admitting: Vec<SecurityGroup> = self
+            .groups_referencing(lb_group)
+            .await?
+            .into_iter()
+            .filter(|g| self.tagged_for_cluster(&tags_of(g)))
             .collect();
         if admitting.is_empty() {
             return Ok(());
@@ -627,27 +652,85 @@ impl AwsCloud {
             );
             return Ok(());
         }
-        for g in admitting {
+        for g in &admitting {
             self.disallow_group(g, lb_group).await?;
         }
         Ok(())
     }
 
-    /// Every security group of the VPC.
+    /// The groups with an ingress rule naming `group` as its source (EC2 filter
+    /// `ip-permission.group-id`, paginated; no listing of the whole VPC).
+    pub(crate) async fn groups_referencing(&self, group: &str) -> CloudResult<Vec<SecurityGroup>> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self
+                .api
+                .call(
+                    "describe_security_groups",
+                    self.ec2
+                        .describe_security_groups()
+                        .filters(
+                            Filter::builder()
+                                .name("ip-permission.group-id")
+                                .values(group)
+                                .build(),
+                        )
+                        .set_next_token(token.take())
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error(format!("finding the groups that reference {group}"), e))?;
+            out.extend(page.security_groups().iter().cloned());
+            token = page.next_token().filter(|t| !t.is_empty()).map(str::to_string);
+            if token.is_none() {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Revokes the rules naming `group` as source from the **cluster-tagged** groups (as
+    /// upstream's `revokeSecurityGroupReferences`); a group without the cluster tag belongs to
+    /// someone else and is never modified.
+    pub(crate) async fn revoke_references(&self, group: &str) -> CloudResult<()> {
+        for g in self.groups_referencing(group).await? {
+            if !self.tagged_for_cluster(&tags_of(&g)) {
+                tracing::info!(
+                    group = g.group_id().unwrap_or_default(),
+                    source = group,
+                    "security group without the cluster tag references a load-balancer group; left alone"
+                );
+                continue;
+            }
+            self.disallow_group(&g, group).await?;
+        }
+        Ok(())
+    }
+
+    /// Every security group of the VPC (paginated).
     pub(crate) async fn vpc_security_groups(&self) -> CloudResult<Vec<SecurityGroup>> {
         let vpc = self.vpc_id().await?;
-        let out = self
-            .api
-            .call(
-                "describe_security_groups",
-                self.ec2
-                    .describe_security_groups()
-                    .filters(Filter::builder().name("vpc-id").values(&vpc).build())
-                    .send(),
-            )
-            .await
-            .map_err(|e| cloud_error("listing security groups", e))?;
-        Ok(out.security_groups().to_vec())
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self
+                .api
+                .call(
+                    "describe_security_groups",
+                    self.ec2
+                        .describe_security_groups()
+                        .filters(Filter::builder().name("vpc-id").values(&vpc).build())
+                        .set_next_token(token.take())
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error("listing security groups", e))?;
+            out.extend(page.security_groups().iter().cloned());
+            token = page.next_token().filter(|t| !t.is_empty()).map(str::to_string);
+            if token.is_none() {
+                return Ok(out);
+            }
+        }
     }
 
     /// The node security group of each instance (AWS-51): the one tagged for the cluster, else
@@ -737,6 +820,69 @@ impl AwsCloud {
                 Err(e) => return Err(cloud_error(format!("deleting security group {id}"), e)),
             }
         }
+    }
+}
+
+/// How long [`AwsCloud::vpc_network`] keeps the VPC's subnets and route tables.
+pub const VPC_NETWORK_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// One subnet of the VPC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VpcSubnet {
+    /// `subnet-…`
+    pub id: String,
+    /// Availability zone name.
+    pub zone: String,
+    /// IPv4 CIDR.
+    pub cidr: String,
+    /// Tags.
+    pub tags: BTreeMap<String, String>,
+}
+
+impl VpcSubnet {
+    fn from_sdk(s: &aws_sdk_ec2::types::Subnet) -> Self {
+        Self {
+            id: s.subnet_id().unwrap_or_default().to_string(),
+            zone: s.availability_zone().unwrap_or_default().to_string(),
+            cidr: s.cidr_block().unwrap_or_default().to_string(),
+            tags: s
+                .tags()
+                .iter()
+                .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+                .collect(),
+        }
+    }
+}
+
+/// The subnets and route tables of the cluster's VPC.
+#[derive(Debug, Clone, Default)]
+pub struct VpcNetwork {
+    /// The VPC.
+    pub vpc_id: String,
+    /// Its subnets.
+    pub subnets: Vec<VpcSubnet>,
+    /// Its route tables.
+    pub route_tables: Vec<RouteTable>,
+}
+
+impl VpcNetwork {
+    /// Whether `subnet` routes through an internet gateway: its explicitly associated route
+    /// table, else the VPC's main table (upstream's `isSubnetPublic`).
+    pub fn is_public(&self, subnet: &str) -> bool {
+        let explicit = self
+            .route_tables
+            .iter()
+            .find(|t| t.associations().iter().any(|a| a.subnet_id() == Some(subnet)));
+        let table = explicit.or_else(|| {
+            self.route_tables
+                .iter()
+                .find(|t| t.associations().iter().any(|a| a.main() == Some(true)))
+        });
+        table.is_some_and(|t| {
+            t.routes()
+                .iter()
+                .any(|r| r.gateway_id().is_some_and(|g| g.starts_with("igw")))
+        })
     }
 }
 

@@ -17,9 +17,9 @@ use std::{
 
 use aws_sdk_ec2::types::SecurityGroup;
 use aws_sdk_elasticloadbalancingv2::types::{
-    Action, ActionTypeEnum, Certificate, LoadBalancer as Nlb, LoadBalancerAttribute, LoadBalancerSchemeEnum,
-    LoadBalancerTypeEnum, ProtocolEnum, SubnetMapping, Tag, TargetDescription, TargetGroupAttribute,
-    TargetTypeEnum,
+    Action, ActionTypeEnum, Certificate, Listener, LoadBalancer as Nlb, LoadBalancerAttribute,
+    LoadBalancerSchemeEnum, LoadBalancerTypeEnum, ProtocolEnum, SubnetMapping, Tag, TargetDescription,
+    TargetGroupAttribute, TargetTypeEnum,
 };
 use k8s_cloud_provider::{
     CloudError, CloudResult,
@@ -36,7 +36,7 @@ pub const RULE_CLIENT: &str = "kubernetes.io/rule/nlb/client=";
 /// Description prefix of the health-check rules.
 pub const RULE_HEALTH: &str = "kubernetes.io/rule/nlb/health=";
 /// Description prefix of the path-MTU rules.
-pub const RULE_MTU: &str = "kubernetes.io/rule/nlb/mtu=";
+pub const RULE_MTU: &str = "kubernetes.io/rule/nlb/mtu";
 
 fn alnum(s: &str, max: usize) -> String {
     s.chars()
@@ -119,7 +119,9 @@ pub fn health(svc: &Service, opts: &LbOptions, shared_probe: Option<(i32, String
     h
 }
 
-/// AWS-43: `k8s-<ns ≤8>-<name ≤8>-<first 10 hex of SHA-1(…)>`.
+/// AWS-43, byte for byte upstream's `buildTargetGroupName`: `k8s-<ns ≤8>-<name ≤8>-<first 10
+/// hex of SHA-1(cluster ID ‖ namespace ‖ name ‖ port ‖ NodePort ‖ target protocol ‖ "instance" ‖
+/// health-check protocol ‖ health-check interval)>` (non-alphanumerics dropped first).
 pub fn target_group_name(
     cluster_id: &str,
     svc: &Service,
@@ -129,11 +131,23 @@ pub fn target_group_name(
 ) -> String {
     let ns = svc.metadata.namespace.as_deref().unwrap_or_default();
     let name = svc.metadata.name.as_deref().unwrap_or_default();
-    let input = format!(
-        "{cluster_id}\n{ns}\n{name}\n{}\n{}\n{target_protocol}\ninstance\n{}\n{}",
-        port.port, port.node_port, h.protocol, h.interval
-    );
-    let digest = hex::encode(sha1::Sha1::digest(input.as_bytes()));
+    // The fields one after another with nothing between them, as upstream's
+    // buildTargetGroupName writes them into the hasher.
+    let mut hasher = sha1::Sha1::new();
+    for part in [
+        cluster_id,
+        ns,
+        name,
+        &port.port.to_string(),
+        &port.node_port.to_string(),
+        target_protocol,
+        "instance",
+        &h.protocol,
+        &h.interval.to_string(),
+    ] {
+        hasher.update(part.as_bytes());
+    }
+    let digest = hex::encode(hasher.finalize());
     format!("k8s-{}-{}-{}", alnum(ns, 8), alnum(name, 8), &digest[..10])
 }
 
@@ -173,20 +187,26 @@ impl AwsCloud {
         Ok(out.and_then(|o| o.load_balancers().first().cloned()))
     }
 
-    fn managed_group_name(&self, svc: &Service) -> String {
+    /// The managed NLB security group's name, byte for byte upstream's
+    /// `GetSecurityGroupNameForNLB`: `k8s-<ns ≤8>-<name ≤8>-<first 10 hex of SHA-256(cluster
+    /// name ‖ name ‖ namespace ‖ UID)>`, the cluster name being `--cluster-name`.
+    pub fn managed_group_name(cluster_name: &str, svc: &Service) -> String {
         let ns = svc.metadata.namespace.as_deref().unwrap_or_default();
         let name = svc.metadata.name.as_deref().unwrap_or_default();
         let uid = svc.metadata.uid.as_deref().unwrap_or_default();
-        let digest = hex::encode(sha2::Sha256::digest(
-            format!("{}\n{name}\n{ns}\n{uid}", self.cluster_id).as_bytes(),
-        ));
+        let mut hasher = sha2::Sha256::new();
+        for part in [cluster_name, name, ns, uid] {
+            hasher.update(part.as_bytes());
+        }
+        let digest = hex::encode(hasher.finalize());
         format!("k8s-{}-{}-{}", alnum(ns, 8), alnum(name, 8), &digest[..10])
     }
 
     /// Creates or updates the NLB of `svc`; returns its DNS name (empty until active or
-    /// provisioning).
+    /// provisioning). `cluster_name` is `--cluster-name` (it names the managed group).
     pub(crate) async fn ensure_nlb(
         &self,
+        cluster_name: &str,
         name: &str,
         svc: &Service,
         opts: &LbOptions,
@@ -195,31 +215,74 @@ impl AwsCloud {
     ) -> CloudResult<String> {
         let key = service_key(svc);
         let resource_tags = self.resource_tags(&key, &opts.additional_tags);
-        let subnets = self.lb_subnets(opts.internal, &opts.subnets).await?;
         let ranges = load_balancer_source_ranges(svc).map_err(|e| CloudError::msg(e.to_string()))?;
-        let managed = self.config.nlb_security_group_mode == "Managed";
+        let client_cidrs: Vec<String> = ranges.iter().map(|r| r.to_string()).collect();
 
         let mut lb = self.describe_nlb(name).await?;
+        // Security groups: only in managed mode, and never on an NLB made without any (AWS
+        // cannot add groups to such an NLB; upstream leaves it alone too).
         let mut group: Option<String> = None;
-        if managed {
-            let groups = if !opts.security_groups.is_empty() {
-                opts.security_groups.clone()
+        let managed_mode = self.config.nlb_security_group_mode == "Managed";
+        let no_groups_nlb = lb.as_ref().is_some_and(|l| l.security_groups().is_empty());
+        if managed_mode && no_groups_nlb {
+            tracing::debug!(
+                lb = name,
+                "NLB was made without security groups; they are left alone"
+            );
+        }
+        if managed_mode && !no_groups_nlb {
+            let (groups, managed_id) = if !opts.security_groups.is_empty() {
+                (opts.security_groups.clone(), None)
             } else {
                 let id = self
                     .ensure_owned_security_group(
-                        &self.managed_group_name(svc),
+                        &Self::managed_group_name(cluster_name, svc),
                         "[k8s] Managed SecurityGroup for LoadBalancer",
                         &resource_tags,
                     )
                     .await?;
+                (vec![id.clone()], Some(id))
+            };
+            group = groups.first().cloned();
+            match &lb {
+                Some(existing) => {
+                    let have: BTreeSet<String> = existing.security_groups().iter().cloned().collect();
+                    let want: BTreeSet<String> = groups.iter().cloned().collect();
+                    if have != want {
+                        self.api
+                            .call(
+                                "elbv2_set_security_groups",
+                                self.elbv2
+                                    .set_security_groups()
+                                    .load_balancer_arn(existing.load_balancer_arn().unwrap_or_default())
+                                    .set_security_groups(Some(groups.clone()))
+                                    .send(),
+                            )
+                            .await
+                            .map_err(|e| cloud_error(format!("setting security groups of {name}"), e))?;
+                        // AWS-53: owned groups detached from the NLB (the managed group after a
+                        // switch to BYO groups) are cleaned up.
+                        let replaced: Vec<String> = have.difference(&want).cloned().collect();
+                        self.remove_replaced_groups(name, &replaced).await?;
+                    }
+                }
+                None => {
+                    let subnets = self.lb_subnets(opts.internal, &opts.subnets).await?;
+                    lb = Some(
+                        self.create_nlb(name, opts, &subnets, &resource_tags, Some(groups))
+                            .await?,
+                    );
+                }
+            }
+            if let Some(id) = managed_id {
                 let mut rules = Vec::new();
-                for r in &ranges {
+                for cidr in &client_cidrs {
                     for p in ports {
                         rules.push(CidrRule {
                             protocol: p.protocol.to_ascii_lowercase(),
                             from: p.port,
                             to: p.port,
-                            cidr: r.to_string(),
+                            cidr: cidr.clone(),
                             description: String::new(),
                         });
                     }
@@ -227,166 +290,122 @@ impl AwsCloud {
                         protocol: "icmp".into(),
                         from: 3,
                         to: 4,
-                        cidr: r.to_string(),
+                        cidr: cidr.clone(),
                         description: String::new(),
                     });
                 }
                 self.sync_cidr_rules(&id, &rules).await?;
-                vec![id]
-            };
-            group = groups.first().cloned();
-            if let Some(existing) = &lb {
-                let have: BTreeSet<String> = existing.security_groups().iter().cloned().collect();
-                if !have.is_empty() && have != groups.iter().cloned().collect::<BTreeSet<_>>() {
-                    self.api
-                        .call(
-                            "elbv2_set_security_groups",
-                            self.elbv2
-                                .set_security_groups()
-                                .load_balancer_arn(existing.load_balancer_arn().unwrap_or_default())
-                                .set_security_groups(Some(groups.clone()))
-                                .send(),
-                        )
-                        .await
-                        .map_err(|e| cloud_error(format!("setting security groups of {name}"), e))?;
-                    // AWS-53: owned groups detached from the NLB (the managed group after a
-                    // switch to BYO groups) are cleaned up.
-                    let replaced: Vec<String> = have
-                        .difference(&groups.iter().cloned().collect())
-                        .cloned()
-                        .collect();
-                    self.remove_replaced_groups(name, &replaced).await?;
-                }
-            } else {
-                lb = Some(
-                    self.create_nlb(name, opts, &subnets, &resource_tags, Some(groups))
-                        .await?,
-                );
             }
         }
         let lb = match lb {
             Some(l) => l,
             None => {
+                let subnets = self.lb_subnets(opts.internal, &opts.subnets).await?;
                 self.create_nlb(name, opts, &subnets, &resource_tags, None)
                     .await?
             }
         };
         let arn = lb.load_balancer_arn().unwrap_or_default().to_string();
 
-        // Listeners and target groups.
-        let vpc = self.vpc_id().await?;
-        let shared = self.shared_probe(svc);
-        let listeners = self
-            .api
-            .call(
-                "elbv2_describe_listeners",
-                self.elbv2.describe_listeners().load_balancer_arn(&arn).send(),
-            )
-            .await
-            .map_err(|e| cloud_error(format!("listing listeners of {name}"), e))?;
-        let mut existing: BTreeMap<(i32, String), (String, Option<String>)> = listeners
-            .listeners()
-            .iter()
-            .filter_map(|l| {
-                let tg = l
-                    .default_actions()
-                    .first()
-                    .and_then(|a| a.target_group_arn())
-                    .map(str::to_string);
-                Some((
-                    (l.port()?, l.protocol()?.as_str().to_string()),
-                    (l.listener_arn()?.to_string(), tg),
-                ))
-            })
+        // Listeners and target groups: one listener per port, changed in place.
+        let vpc = match lb.vpc_id() {
+            Some(v) if !v.is_empty() => v.to_string(),
+            _ => self.vpc_id().await?,
+        };
+        let h = health(svc, opts, self.shared_probe(svc));
+        let mut existing: BTreeMap<i32, Listener> = self
+            .nlb_listeners(name, &arn)
+            .await?
+            .into_iter()
+            .filter_map(|l| Some((l.port()?, l)))
             .collect();
         let mut obsolete_tgs: BTreeSet<String> = BTreeSet::new();
-        let mut wanted_keys = BTreeSet::new();
-        let h = health(svc, opts, shared);
         for p in ports {
             let (listener_proto, target_proto) = tg_protocol(p, opts);
             let tg_name = target_group_name(&self.cluster_id, svc, p, &target_proto, &h);
-            let tg_arn = self
+            let (tg_arn, created) = self
                 .ensure_target_group(&tg_name, &vpc, p, &target_proto, &h, &resource_tags)
                 .await?;
+            if created {
+                // Until a listener points at it, it could leak: swept at the end.
+                self.tg_sweep_pending.lock().insert(key.clone());
+            }
             self.sync_tg_attributes(&tg_arn, opts).await?;
             self.sync_targets(&tg_arn, p.node_port, instances).await?;
-            let lkey = (p.port, listener_proto.clone());
-            wanted_keys.insert(lkey.clone());
-            match existing.remove(&lkey) {
-                Some((listener_arn, current)) => {
-                    if current.as_deref() != Some(tg_arn.as_str()) {
-                        self.api
-                            .call(
-                                "elbv2_modify_listener",
-                                self.elbv2
-                                    .modify_listener()
-                                    .listener_arn(&listener_arn)
-                                    .default_actions(forward(&tg_arn))
-                                    .send(),
-                            )
-                            .await
-                            .map_err(|e| {
-                                cloud_error(format!("pointing listener {} of {name} at {tg_name}", p.port), e)
-                            })?;
-                        obsolete_tgs.extend(current);
+            let want = WantedListener {
+                port: p.port,
+                protocol: listener_proto,
+                target_group: tg_arn,
+                certificate: opts.ssl_cert.clone(),
+                ssl_policy: opts.ssl_negotiation_policy.clone(),
+            };
+            match existing.remove(&p.port) {
+                Some(l) => {
+                    let current = l
+                        .default_actions()
+                        .first()
+                        .and_then(|a| a.target_group_arn())
+                        .map(str::to_string);
+                    if want.differs_from(&l) {
+                        self.modify_listener(name, &l, &want).await?;
+                        if current.as_deref() != Some(want.target_group.as_str()) {
+                            obsolete_tgs.extend(current);
+                        }
                     }
                 }
-                None => {
-                    let mut req = self
-                        .elbv2
-                        .create_listener()
-                        .load_balancer_arn(&arn)
-                        .port(p.port)
-                        .protocol(ProtocolEnum::from(listener_proto.as_str()))
-                        .default_actions(forward(&tg_arn))
-                        .set_tags(Some(tags(&resource_tags)));
-                    if listener_proto == "TLS" {
-                        req = req
-                            .certificates(
-                                Certificate::builder()
-                                    .set_certificate_arn(opts.ssl_cert.clone())
-                                    .build(),
-                            )
-                            .set_ssl_policy(opts.ssl_negotiation_policy.clone());
-                    }
-                    self.api
-                        .call("elbv2_create_listener", req.send())
-                        .await
-                        .map_err(|e| cloud_error(format!("creating listener {} on {name}", p.port), e))?;
-                }
+                None => self.create_listener(name, &arn, &want, &resource_tags).await?,
             }
         }
         // Listeners no longer wanted go, with their target groups (AWS-48).
-        for (lkey, (listener_arn, tg)) in existing {
-            if wanted_keys.contains(&lkey) {
-                continue;
-            }
+        for (port, l) in existing {
             self.api
                 .call(
                     "elbv2_delete_listener",
-                    self.elbv2.delete_listener().listener_arn(&listener_arn).send(),
+                    self.elbv2
+                        .delete_listener()
+                        .listener_arn(l.listener_arn().unwrap_or_default())
+                        .send(),
                 )
                 .await
-                .map_err(|e| cloud_error(format!("deleting listener {} of {name}", lkey.0), e))?;
-            obsolete_tgs.extend(tg);
+                .map_err(|e| cloud_error(format!("deleting listener {port} of {name}"), e))?;
+            obsolete_tgs.extend(
+                l.default_actions()
+                    .first()
+                    .and_then(|a| a.target_group_arn())
+                    .map(str::to_string),
+            );
         }
         for tg in obsolete_tgs {
-            self.delete_target_group(&tg).await?;
+            if let Err(e) = self.delete_target_group(&tg).await {
+                // Found again by its tags on the next sync or on deletion.
+                tracing::warn!(lb = name, target_group = %tg, error = %e, "could not delete a replaced target group; it will be swept later");
+                self.tg_sweep_pending.lock().insert(key.clone());
+            }
+        }
+        if self.tg_sweep_pending.lock().contains(&key) && self.sweep_target_groups(svc, &[]).await? == 0 {
+            self.tg_sweep_pending.lock().remove(&key);
         }
         self.sync_nlb_attributes(&arn, opts).await?;
         if !self.config.disable_security_group_ingress {
             match &group {
                 Some(g) => self.sync_node_group_access(g, instances).await?,
                 None => {
-                    self.sync_nlb_node_rules(
-                        name,
-                        ports,
-                        &ranges.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
-                        &subnets,
-                        &h,
-                        instances,
-                    )
-                    .await?
+                    // Health rules admit the NLB's own subnets (upstream: the subnets of the
+                    // NLB's availability zones).
+                    let own: Vec<String> = lb
+                        .availability_zones()
+                        .iter()
+                        .filter_map(|z| z.subnet_id().map(str::to_string))
+                        .collect();
+                    let health_cidrs: Vec<String> = self
+                        .describe_subnets(&own)
+                        .await?
+                        .into_iter()
+                        .map(|s| s.cidr)
+                        .filter(|c| !c.is_empty())
+                        .collect();
+                    self.sync_nlb_node_rules(name, ports, &client_cidrs, &health_cidrs, &h, instances)
+                        .await?
                 }
             }
         }
@@ -401,11 +420,101 @@ impl AwsCloud {
         })
     }
 
+    /// The listeners of the NLB `arn` (paginated).
+    async fn nlb_listeners(&self, name: &str, arn: &str) -> CloudResult<Vec<Listener>> {
+        let mut out = Vec::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let page = self
+                .api
+                .call(
+                    "elbv2_describe_listeners",
+                    self.elbv2
+                        .describe_listeners()
+                        .load_balancer_arn(arn)
+                        .set_marker(marker.take())
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error(format!("listing listeners of {name}"), e))?;
+            out.extend(page.listeners().iter().cloned());
+            marker = page.next_marker().filter(|m| !m.is_empty()).map(str::to_string);
+            if marker.is_none() {
+                return Ok(out);
+            }
+        }
+    }
+
+    async fn create_listener(
+        &self,
+        name: &str,
+        lb_arn: &str,
+        want: &WantedListener,
+        resource_tags: &[(String, String)],
+    ) -> CloudResult<()> {
+        let mut req = self
+            .elbv2
+            .create_listener()
+            .load_balancer_arn(lb_arn)
+            .port(want.port)
+            .protocol(ProtocolEnum::from(want.protocol.as_str()))
+            .default_actions(forward(&want.target_group))
+            .set_tags(Some(tags(resource_tags)));
+        if want.protocol == "TLS" {
+            req = req
+                .certificates(
+                    Certificate::builder()
+                        .set_certificate_arn(want.certificate.clone())
+                        .build(),
+                )
+                .set_ssl_policy(want.ssl_policy.clone());
+        }
+        self.api
+            .call("elbv2_create_listener", req.send())
+            .await
+            .map_err(|e| cloud_error(format!("creating listener {} on {name}", want.port), e))?;
+        Ok(())
+    }
+
+    /// Changes a listener in place (`ModifyListener`: protocol, certificate, SSL policy, target
+    /// group), so that a port switching between TCP and TLS never meets `DuplicateListener`
+    /// and keeps its listener ARN.
+    async fn modify_listener(&self, name: &str, l: &Listener, want: &WantedListener) -> CloudResult<()> {
+        // Only what changes: the protocol is sent when it differs.
+        let mut req = self
+            .elbv2
+            .modify_listener()
+            .listener_arn(l.listener_arn().unwrap_or_default())
+            .port(want.port)
+            .default_actions(forward(&want.target_group));
+        if !l
+            .protocol()
+            .is_some_and(|p| p.as_str().eq_ignore_ascii_case(&want.protocol))
+        {
+            req = req.protocol(ProtocolEnum::from(want.protocol.as_str()));
+        }
+        if want.protocol == "TLS" {
+            req = req
+                .certificates(
+                    Certificate::builder()
+                        .set_certificate_arn(want.certificate.clone())
+                        .build(),
+                )
+                .set_ssl_policy(want.ssl_policy.clone());
+        }
+        self.api
+            .call("elbv2_modify_listener", req.send())
+            .await
+            .map_err(|e| cloud_error(format!("updating listener {} of {name}", want.port), e))?;
+        tracing::info!(lb = name, port = want.port, protocol = %want.protocol, "updated NLB listener in place");
+        Ok(())
+    }
+
     async fn create_nlb(
         &self,
         name: &str,
         opts: &LbOptions,
-        subnets: &[(String, String, String)],
+        subnets: &[super::network::VpcSubnet],
         resource_tags: &[(String, String)],
         groups: Option<Vec<String>>,
     ) -> CloudResult<Nlb> {
@@ -424,9 +533,9 @@ impl AwsCloud {
         let mappings: Vec<SubnetMapping> = subnets
             .iter()
             .enumerate()
-            .map(|(i, (id, _, _))| {
+            .map(|(i, s)| {
                 SubnetMapping::builder()
-                    .subnet_id(id)
+                    .subnet_id(&s.id)
                     .set_allocation_id(opts.eip_allocations.get(i).cloned())
                     .set_private_ipv4_address(opts.private_ipv4_addresses.get(i).cloned())
                     .build()
@@ -467,7 +576,7 @@ impl AwsCloud {
         protocol: &str,
         h: &TgHealth,
         resource_tags: &[(String, String)],
-    ) -> CloudResult<String> {
+    ) -> CloudResult<(String, bool)> {
         let r = self
             .api
             .call(
@@ -499,7 +608,7 @@ impl AwsCloud {
                     .await
                     .map_err(|e| cloud_error(format!("updating the health check of {tg_name}"), e))?;
             }
-            return Ok(arn);
+            return Ok((arn, false));
         }
         let out = self
             .api
@@ -526,7 +635,7 @@ impl AwsCloud {
         out.target_groups()
             .first()
             .and_then(|t| t.target_group_arn())
-            .map(str::to_string)
+            .map(|arn| (arn.to_string(), true))
             .ok_or_else(|| CloudError::msg(format!("CreateTargetGroup {tg_name} returned nothing")))
     }
 
@@ -690,151 +799,230 @@ impl AwsCloud {
         Ok(())
     }
 
-    /// Client, health-check and path-MTU rules on the target instances' groups (AWS-52); the
-    /// same rules are removed from other cluster groups.
+    /// Client and health-check rules of the NLB `name` on the target instances' groups
+    /// (AWS-52), removed from the other groups of the cluster, and the path-MTU rules of each
+    /// touched group recomputed as upstream does (one ICMP 3/4 rule, described
+    /// `kubernetes.io/rule/nlb/mtu`, per CIDR of any NLB's client rule in that group).
     async fn sync_nlb_node_rules(
         &self,
         name: &str,
         ports: &[LbPort],
         client_cidrs: &[String],
-        subnets: &[(String, String, String)],
+        health_cidrs: &[String],
         h: &TgHealth,
         instances: &[Arc<InstanceInfo>],
     ) -> CloudResult<()> {
-        let (client_d, health_d, mtu_d) = (
-            format!("{RULE_CLIENT}{name}"),
-            format!("{RULE_HEALTH}{name}"),
-            format!("{RULE_MTU}{name}"),
-        );
+        let (client_d, health_d) = (format!("{RULE_CLIENT}{name}"), format!("{RULE_HEALTH}{name}"));
+        let client_protocol = if ports.iter().any(|p| p.protocol == "UDP") {
+            "udp"
+        } else {
+            "tcp"
+        };
+        let client_ports: BTreeSet<i32> = ports.iter().map(|p| p.node_port).collect();
+        let health_ports: BTreeSet<i32> = match h.port.parse::<i32>() {
+            Ok(p) => [p].into(),
+            Err(_) => client_ports.clone(),
+        };
         let mut rules = Vec::new();
-        for p in ports {
+        for port in &client_ports {
             for c in client_cidrs {
                 rules.push(CidrRule {
-                    protocol: p.protocol.to_ascii_lowercase(),
-                    from: p.node_port,
-                    to: p.node_port,
+                    protocol: client_protocol.into(),
+                    from: *port,
+                    to: *port,
                     cidr: c.clone(),
                     description: client_d.clone(),
                 });
             }
         }
-        let covered = client_cidrs == ["0.0.0.0/0"]
-            && ports.iter().all(|p| p.protocol == "TCP")
-            && h.port == "traffic-port";
+        // The health rules are a subset of the client rule when that admits everyone over TCP
+        // on the same ports.
+        let covered =
+            client_cidrs == ["0.0.0.0/0"] && client_protocol == "tcp" && health_ports == client_ports;
         if !covered {
-            let hc_ports: BTreeSet<i32> = match h.port.parse::<i32>() {
-                Ok(p) => [p].into(),
-                Err(_) => ports.iter().map(|p| p.node_port).collect(),
-            };
-            for port in hc_ports {
-                for (_, _, cidr) in subnets {
+            for port in &health_ports {
+                for cidr in health_cidrs {
                     rules.push(CidrRule {
                         protocol: "tcp".into(),
-                        from: port,
-                        to: port,
+                        from: *port,
+                        to: *port,
                         cidr: cidr.clone(),
                         description: health_d.clone(),
                     });
                 }
             }
         }
-        for c in client_cidrs {
-            rules.push(CidrRule {
-                protocol: "icmp".into(),
-                from: 3,
-                to: 4,
-                cidr: c.clone(),
-                description: mtu_d.clone(),
-            });
-        }
         let refs: Vec<&InstanceInfo> = instances.iter().map(|i| i.as_ref()).collect();
         let node_groups = self.node_security_groups(&refs).await?;
         for g in node_groups.values() {
-            // Stale rules of this NLB (a port changed) go first.
-            let stale: Vec<CidrRule> = super::network::cidr_rules(g)
-                .into_iter()
-                .filter(|r| [&client_d, &health_d, &mtu_d].contains(&&r.description) && !rules.contains(r))
-                .collect();
-            if !stale.is_empty() {
-                self.release_nlb_rules(g, name).await?;
-                let refreshed = self
-                    .security_groups(&[g.group_id().unwrap_or_default().to_string()])
-                    .await?;
-                if let Some(g) = refreshed.first() {
-                    self.add_cidr_rules(g, &rules).await?;
-                }
-                continue;
-            }
-            self.add_cidr_rules(g, &rules).await?;
+            self.reconcile_nlb_rules(g, name, &rules).await?;
         }
-        for g in self.vpc_security_groups().await? {
-            let id = g.group_id().unwrap_or_default();
-            let tags = g
-                .tags()
-                .iter()
-                .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
-                .collect();
-            if !node_groups.contains_key(id) && self.tagged_for_cluster(&tags) {
-                self.release_nlb_rules(&g, name).await?;
+        for g in self.cluster_security_groups().await? {
+            if !node_groups.contains_key(g.group_id().unwrap_or_default()) {
+                self.reconcile_nlb_rules(&g, name, &[]).await?;
             }
         }
         Ok(())
     }
 
-    /// Removes the client, health-check and path-MTU rules of the NLB `name` from `group`.
-    ///
-    /// EC2 keeps one rule per (protocol, ports, CIDR), so when two NLBs allow clients from the
-    /// same CIDR their identical ICMP 3/4 rule exists once, described with the name of the NLB
-    /// that added it first. Such a rule is handed over to another NLB that still has a client
-    /// rule from that CIDR (its description is rewritten to that NLB's) instead of being
-    /// revoked, so deleting one NLB never breaks path-MTU discovery for another.
-    pub(crate) async fn release_nlb_rules(&self, group: &SecurityGroup, name: &str) -> CloudResult<()> {
-        let client_d = format!("{RULE_CLIENT}{name}");
-        let mtu_d = format!("{RULE_MTU}{name}");
-        self.revoke_described(group, &client_d).await?;
-        self.revoke_described(group, &format!("{RULE_HEALTH}{name}"))
-            .await?;
-        let rules = super::network::cidr_rules(group);
-        let mut handed_over = Vec::new();
-        for mtu in rules.iter().filter(|r| r.description == mtu_d) {
-            let heir = rules.iter().find_map(|r| {
-                let other = r.description.strip_prefix(RULE_CLIENT)?;
-                (other != name && r.cidr == mtu.cidr).then_some(other)
-            });
-            if let Some(heir) = heir {
-                handed_over.push(CidrRule {
-                    description: format!("{RULE_MTU}{heir}"),
-                    ..mtu.clone()
-                });
+    /// Makes the rules of `group` described as the NLB `name`'s client or health rules exactly
+    /// `wanted`, then the group's path-MTU rules match its client rules (any NLB's). A path-MTU
+    /// rule in the form of earlier versions of this provider (`…/mtu=<name>`) is taken over and
+    /// re-described, never doubled.
+    pub(crate) async fn reconcile_nlb_rules(
+        &self,
+        group: &SecurityGroup,
+        name: &str,
+        wanted: &[CidrRule],
+    ) -> CloudResult<()> {
+        let id = group.group_id().unwrap_or_default();
+        let ours = [format!("{RULE_CLIENT}{name}"), format!("{RULE_HEALTH}{name}")];
+        let mut have = super::network::cidr_rules(group);
+        let revoke: Vec<CidrRule> = have
+            .iter()
+            .filter(|r| ours.contains(&r.description) && !wanted.contains(r))
+            .cloned()
+            .collect();
+        let grant: Vec<CidrRule> = wanted.iter().filter(|r| !have.contains(r)).cloned().collect();
+        self.revoke_rules(id, &revoke).await?;
+        self.grant_rules(id, &grant).await?;
+        have.retain(|r| !revoke.contains(r));
+        have.extend(grant);
+
+        let client_cidrs: BTreeSet<&str> = have
+            .iter()
+            .filter(|r| r.description.starts_with(RULE_CLIENT))
+            .map(|r| r.cidr.as_str())
+            .collect();
+        let mtu_have: Vec<&CidrRule> = have
+            .iter()
+            .filter(|r| r.description == RULE_MTU || r.description.starts_with(&format!("{RULE_MTU}=")))
+            .collect();
+        let mtu_rule = |cidr: &str| CidrRule {
+            protocol: "icmp".into(),
+            from: 3,
+            to: 4,
+            cidr: cidr.into(),
+            description: RULE_MTU.into(),
+        };
+        let stale: Vec<CidrRule> = mtu_have
+            .iter()
+            .filter(|r| !client_cidrs.contains(r.cidr.as_str()))
+            .map(|r| (*r).clone())
+            .collect();
+        let redescribe: Vec<CidrRule> = mtu_have
+            .iter()
+            .filter(|r| client_cidrs.contains(r.cidr.as_str()) && r.description != RULE_MTU)
+            .map(|r| mtu_rule(&r.cidr))
+            .collect();
+        let missing: Vec<CidrRule> = client_cidrs
+            .iter()
+            .filter(|c| !mtu_have.iter().any(|r| r.cidr == **c))
+            .map(|c| mtu_rule(c))
+            .collect();
+        self.revoke_rules(id, &stale).await?;
+        self.grant_rules(id, &missing).await?;
+        if !redescribe.is_empty() {
+            self.api
+                .call(
+                    "update_security_group_rule_descriptions_ingress",
+                    self.ec2
+                        .update_security_group_rule_descriptions_ingress()
+                        .group_id(id)
+                        .set_ip_permissions(Some(redescribe.iter().map(CidrRule::to_permission).collect()))
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error(format!("re-describing path-MTU rules on {id}"), e))?;
+        }
+        Ok(())
+    }
+
+    /// The security groups of the VPC tagged for this cluster (upstream's
+    /// `getTaggedSecurityGroups`; EC2 filters by tag key, one request per page).
+    async fn cluster_security_groups(&self) -> CloudResult<Vec<SecurityGroup>> {
+        let vpc = self.vpc_id().await?;
+        let mut out = Vec::new();
+        for key in [
+            format!("kubernetes.io/cluster/{}", self.cluster_id),
+            "KubernetesCluster".into(),
+        ] {
+            let mut token: Option<String> = None;
+            loop {
+                let page = self
+                    .api
+                    .call(
+                        "describe_security_groups",
+                        self.ec2
+                            .describe_security_groups()
+                            .filters(
+                                aws_sdk_ec2::types::Filter::builder()
+                                    .name("vpc-id")
+                                    .values(&vpc)
+                                    .build(),
+                            )
+                            .filters(
+                                aws_sdk_ec2::types::Filter::builder()
+                                    .name("tag-key")
+                                    .values(&key)
+                                    .build(),
+                            )
+                            .set_next_token(token.take())
+                            .send(),
+                    )
+                    .await
+                    .map_err(|e| cloud_error("listing the cluster's security groups", e))?;
+                out.extend(
+                    page.security_groups()
+                        .iter()
+                        .filter(|g| self.tagged_for_cluster(&super::network::tags_of(g)))
+                        .cloned(),
+                );
+                token = page.next_token().filter(|t| !t.is_empty()).map(str::to_string);
+                if token.is_none() {
+                    break;
+                }
+            }
+            if !self.config.legacy_tags() {
+                break;
             }
         }
-        if handed_over.is_empty() {
-            return self.revoke_described(group, &mtu_d).await;
+        out.sort_by(|a, b| a.group_id().cmp(&b.group_id()));
+        out.dedup_by(|a, b| a.group_id() == b.group_id());
+        Ok(out)
+    }
+
+    /// Removes the client and health-check rules of the NLB `name` from every group of the VPC
+    /// that has them (and the path-MTU rules no client rule needs any more).
+    pub(crate) async fn release_nlb_rules(&self, name: &str) -> CloudResult<()> {
+        let ours = [
+            format!("{RULE_CLIENT}{name}"),
+            format!("{RULE_HEALTH}{name}"),
+            format!("{RULE_MTU}={name}"),
+        ];
+        for g in self.vpc_security_groups().await? {
+            if super::network::cidr_rules(&g)
+                .iter()
+                .any(|r| ours.contains(&r.description))
+            {
+                self.reconcile_nlb_rules(&g, name, &[]).await?;
+            }
         }
-        let id = group.group_id().unwrap_or_default();
-        self.api
-            .call(
-                "update_security_group_rule_descriptions_ingress",
-                self.ec2
-                    .update_security_group_rule_descriptions_ingress()
-                    .group_id(id)
-                    .set_ip_permissions(Some(handed_over.iter().map(CidrRule::to_permission).collect()))
-                    .send(),
-            )
-            .await
-            .map_err(|e| cloud_error(format!("handing over path-MTU rules on {id}"), e))?;
-        tracing::info!(
-            group = id,
-            lb = name,
-            rules = handed_over.len(),
-            "handed path-MTU rules over to other NLBs"
-        );
-        // Whatever is still described as ours has no heir.
-        let refreshed = self.security_groups(&[id.to_string()]).await?;
-        match refreshed.first() {
-            Some(g) => self.revoke_described(g, &mtu_d).await,
-            None => Ok(()),
-        }
+        Ok(())
+    }
+
+    async fn grant_rules(&self, group: &str, rules: &[CidrRule]) -> CloudResult<()> {
+        self.authorize_ingress(group, rules.iter().map(CidrRule::to_permission).collect(), || {
+            format!("authorizing ingress on {group}")
+        })
+        .await
+    }
+
+    async fn revoke_rules(&self, group: &str, rules: &[CidrRule]) -> CloudResult<()> {
+        self.revoke_ingress(group, rules.iter().map(CidrRule::to_permission).collect(), || {
+            format!("revoking ingress on {group}")
+        })
+        .await
     }
 
     async fn delete_target_group(&self, arn: &str) -> CloudResult<()> {
@@ -850,34 +1038,186 @@ impl AwsCloud {
             .map_err(|e| cloud_error(format!("deleting target group {arn}"), e))
     }
 
-    /// Deletes the NLB `name`, its target groups, its node rules and its managed group.
+    /// Deletes the target groups of `svc` that no load balancer uses any more: named
+    /// `k8s-<ns ≤8>-<name ≤8>-…` (AWS-43), tagged `kubernetes.io/cluster/<id>=owned` and
+    /// `kubernetes.io/service-name=<ns>/<name>` — what a failed listener creation, a replaced
+    /// listener or a failed delete (`ResourceInUse`) leaves behind. A group whose only load
+    /// balancers are in `gone` (just deleted; the API may still list them for a while) counts
+    /// as unused. Returns how many are left (still in use).
+    pub(crate) async fn sweep_target_groups(&self, svc: &Service, gone: &[String]) -> CloudResult<usize> {
+        let key = service_key(svc);
+        let prefix = format!(
+            "k8s-{}-{}-",
+            alnum(svc.metadata.namespace.as_deref().unwrap_or_default(), 8),
+            alnum(svc.metadata.name.as_deref().unwrap_or_default(), 8)
+        );
+        let mut mine = Vec::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let page = self
+                .api
+                .call(
+                    "elbv2_describe_target_groups",
+                    self.elbv2
+                        .describe_target_groups()
+                        .page_size(400)
+                        .set_marker(marker.take())
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error("listing target groups", e))?;
+            mine.extend(
+                page.target_groups()
+                    .iter()
+                    .filter(|t| t.target_group_name().is_some_and(|n| n.starts_with(&prefix)))
+                    .cloned(),
+            );
+            marker = page.next_marker().filter(|m| !m.is_empty()).map(str::to_string);
+            if marker.is_none() {
+                break;
+            }
+        }
+        // Load balancers these groups name that may be gone already.
+        let mut gone: BTreeSet<String> = gone.iter().cloned().collect();
+        let named: BTreeSet<String> = mine
+            .iter()
+            .flat_map(|t| t.load_balancer_arns().iter().cloned())
+            .filter(|a| !gone.contains(a))
+            .collect();
+        for arn in named {
+            let r = self
+                .api
+                .call(
+                    "elbv2_describe_load_balancers",
+                    self.elbv2
+                        .describe_load_balancers()
+                        .load_balancer_arns(&arn)
+                        .send(),
+                )
+                .await;
+            let found = not_found_as_none(r, &["LoadBalancerNotFound"])
+                .map_err(|e| cloud_error("checking the load balancers of target groups", e))?;
+            if found.is_none_or(|o| o.load_balancers().is_empty()) {
+                gone.insert(arn);
+            }
+        }
+        let unattached: Vec<String> = mine
+            .iter()
+            .filter(|t| t.load_balancer_arns().iter().all(|a| gone.contains(a)))
+            .filter_map(|t| t.target_group_arn().map(str::to_string))
+            .collect();
+        let mut left = 0;
+        for chunk in unattached.chunks(20) {
+            let described = self
+                .api
+                .call(
+                    "elbv2_describe_tags",
+                    self.elbv2
+                        .describe_tags()
+                        .set_resource_arns(Some(chunk.to_vec()))
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error("reading target group tags", e))?;
+            for d in described.tag_descriptions() {
+                let tags: BTreeMap<String, String> = d
+                    .tags()
+                    .iter()
+                    .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+                    .collect();
+                if !self.owned_by_cluster(&tags) || tags.get("kubernetes.io/service-name") != Some(&key) {
+                    continue;
+                }
+                let arn = d.resource_arn().unwrap_or_default();
+                match self.delete_target_group(arn).await {
+                    Ok(()) => {
+                        tracing::info!(service = %key, target_group = arn, "deleted an unused target group")
+                    }
+                    Err(e) => {
+                        tracing::info!(service = %key, target_group = arn, error = %e, "unused target group not deletable yet");
+                        left += 1;
+                    }
+                }
+            }
+        }
+        Ok(left)
+    }
+
+    /// Deletes the NLB `name`: its listeners, then its target groups (retrying `ResourceInUse`
+    /// for a while), and only then the NLB itself — so that while a target group cannot be
+    /// deleted the NLB still exists, the deletion fails and is retried (the service controller
+    /// skips the deletion of a load balancer it cannot find). Then target groups left over by
+    /// earlier failures (by tag), the node rules and the managed group.
     pub(crate) async fn delete_nlb(
         &self,
+        cluster_name: &str,
         name: &str,
         svc: &Service,
         keep: &BTreeSet<String>,
     ) -> CloudResult<bool> {
         let lb = self.describe_nlb(name).await?;
-        let mut existed = false;
+        let managed = self
+            .security_group_by_name(&Self::managed_group_name(cluster_name, svc))
+            .await?;
+        let mut gone = Vec::new();
         if let Some(lb) = &lb {
-            existed = true;
             // A bring-your-own group (managed mode) through which the nodes admitted this NLB:
             // only the node rules go. The managed group is handled below.
-            let managed = self.security_group_by_name(&self.managed_group_name(svc)).await?;
             if let Some(primary) = lb.security_groups().first()
                 && managed.as_ref().and_then(|g| g.group_id()) != Some(primary.as_str())
             {
                 self.release_node_access(name, primary).await?;
             }
             let arn = lb.load_balancer_arn().unwrap_or_default().to_string();
-            let tgs = self
+            let r = self
                 .api
                 .call(
                     "elbv2_describe_target_groups",
                     self.elbv2.describe_target_groups().load_balancer_arn(&arn).send(),
                 )
-                .await
-                .map_err(|e| cloud_error(format!("listing target groups of {name}"), e))?;
+                .await;
+            // No target group at all is "not found" (moto; a failed first listener).
+            let tg_arns: Vec<String> = not_found_as_none(r, &["TargetGroupNotFound"])
+                .map_err(|e| cloud_error(format!("listing target groups of {name}"), e))?
+                .map(|o| {
+                    o.target_groups()
+                        .iter()
+                        .filter_map(|t| t.target_group_arn().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for l in self.nlb_listeners(name, &arn).await? {
+                let r = self
+                    .api
+                    .call(
+                        "elbv2_delete_listener",
+                        self.elbv2
+                            .delete_listener()
+                            .listener_arn(l.listener_arn().unwrap_or_default())
+                            .send(),
+                    )
+                    .await;
+                not_found_as_none(r, &["ListenerNotFound"])
+                    .map_err(|e| cloud_error(format!("deleting a listener of {name}"), e))?;
+            }
+            for tg in &tg_arns {
+                let mut attempt = 0;
+                loop {
+                    match self.delete_target_group(tg).await {
+                        Ok(()) => break,
+                        Err(e) if attempt < 5 => {
+                            tracing::info!(lb = name, target_group = tg, error = %e, "target group not deletable yet; retrying in 2 s");
+                            attempt += 1;
+                            tokio::time::sleep(Duration::from_secs(2)).await;
+                        }
+                        Err(e) => {
+                            return Err(CloudError::msg(format!(
+                                "NLB {name}: target group {tg} cannot be deleted yet ({e}); the NLB is kept and its deletion retried"
+                            )));
+                        }
+                    }
+                }
+            }
             self.api
                 .call(
                     "elbv2_delete_load_balancer",
@@ -886,28 +1226,59 @@ impl AwsCloud {
                 .await
                 .map_err(|e| cloud_error(format!("deleting NLB {name}"), e))?;
             tracing::info!(lb = name, "deleted NLB");
-            for tg in tgs.target_groups() {
-                if let Some(tg_arn) = tg.target_group_arn() {
-                    self.delete_target_group(tg_arn).await?;
-                }
-            }
+            gone.push(arn);
         }
-        for g in self.vpc_security_groups().await? {
-            self.release_nlb_rules(&g, name).await?;
+        // Target groups earlier failures left behind.
+        let key = service_key(svc);
+        if self.sweep_target_groups(svc, &gone).await? == 0 {
+            self.tg_sweep_pending.lock().remove(&key);
+        } else {
+            tracing::warn!(service = %key, "unused target groups of the Service could not be deleted yet");
         }
-        if let Some(g) = self.security_group_by_name(&self.managed_group_name(svc)).await?
+        self.release_nlb_rules(name).await?;
+        if let Some(g) = managed
             && !keep.contains(g.group_id().unwrap_or_default())
         {
-            let id = g.group_id().unwrap_or_default().to_string();
-            for other in self.vpc_security_groups().await? {
-                if Self::allows_group(&other, &id) {
-                    self.disallow_group(&other, &id).await?;
-                }
-            }
+            self.revoke_references(g.group_id().unwrap_or_default()).await?;
             self.delete_owned_security_group(&g, Duration::from_secs(600))
                 .await?;
         }
-        Ok(existed)
+        Ok(lb.is_some())
+    }
+}
+
+/// A listener as the Service wants it.
+#[derive(Debug, Clone)]
+struct WantedListener {
+    port: i32,
+    protocol: String,
+    target_group: String,
+    certificate: Option<String>,
+    ssl_policy: Option<String>,
+}
+
+impl WantedListener {
+    /// Whether `l` must be modified: another protocol or target group; for TLS another
+    /// certificate or (when the Service names one) SSL policy; for TCP/UDP a certificate left
+    /// over. (Upstream also compares the SSL policy when none is asked for, and so rewrites
+    /// every TLS listener carrying AWS's default policy on every sync; an SSL policy reported on
+    /// a TCP listener — moto does — is no reason to touch it either.)
+    fn differs_from(&self, l: &Listener) -> bool {
+        let protocol = l.protocol().map(|p| p.as_str()).unwrap_or_default();
+        let target = l.default_actions().first().and_then(|a| a.target_group_arn());
+        if !protocol.eq_ignore_ascii_case(&self.protocol) || target != Some(self.target_group.as_str()) {
+            return true;
+        }
+        let certificate = l.certificates().first().and_then(|c| c.certificate_arn());
+        if self.protocol == "TLS" {
+            certificate != self.certificate.as_deref()
+                || self
+                    .ssl_policy
+                    .as_deref()
+                    .is_some_and(|p| l.ssl_policy() != Some(p))
+        } else {
+            certificate.is_some()
+        }
     }
 }
 
@@ -949,7 +1320,8 @@ mod tests {
         };
         let h = health(&svc(), &LbOptions::default(), None);
         let n = target_group_name("c1", &svc(), &p, "TCP", &h);
-        assert!(n.starts_with("k8s-producti-mywebser-"), "{n}");
+        // Pinned with Python's hashlib over the same bytes upstream's hasher sees.
+        assert_eq!(n, "k8s-producti-mywebser-f17ed1e28d");
         assert!(n.len() <= 32, "{n}");
         assert_eq!(n, target_group_name("c1", &svc(), &p, "TCP", &h), "stable");
         assert_ne!(n, target_group_name("c1", &svc(), &p, "UDP", &h));
@@ -958,6 +1330,62 @@ mod tests {
             ..h.clone()
         };
         assert_ne!(n, target_group_name("c1", &svc(), &p, "TCP", &h2));
+    }
+
+    #[test]
+    fn managed_group_name_is_upstreams() {
+        let mut s = svc();
+        s.metadata.uid = Some("0b6b3a5c-1111-2222-3333-444455556666".into());
+        // Pinned with Python's hashlib: SHA-256 of cluster name ‖ name ‖ namespace ‖ UID.
+        assert_eq!(
+            AwsCloud::managed_group_name("kubernetes", &s),
+            "k8s-producti-mywebser-085b1da6ff"
+        );
+    }
+
+    #[test]
+    fn listeners_change_in_place_only_when_something_differs() {
+        let l = |proto: ProtocolEnum, cert: Option<&str>, policy: Option<&str>| {
+            let mut b = Listener::builder()
+                .port(443)
+                .protocol(proto)
+                .default_actions(forward("tg-1"))
+                .set_ssl_policy(policy.map(str::to_string));
+            if let Some(c) = cert {
+                b = b.certificates(Certificate::builder().certificate_arn(c).build());
+            }
+            b.build()
+        };
+        let want = |proto: &str, cert: Option<&str>, policy: Option<&str>| WantedListener {
+            port: 443,
+            protocol: proto.into(),
+            target_group: "tg-1".into(),
+            certificate: cert.map(str::to_string),
+            ssl_policy: policy.map(str::to_string),
+        };
+        assert!(!want("TCP", None, None).differs_from(&l(ProtocolEnum::Tcp, None, None)));
+        assert!(want("TLS", Some("c1"), None).differs_from(&l(ProtocolEnum::Tcp, None, None)));
+        assert!(want("TCP", None, None).differs_from(&l(ProtocolEnum::Tls, Some("c1"), Some("p"))));
+        assert!(!want("TCP", None, None).differs_from(&l(
+            ProtocolEnum::Tcp,
+            None,
+            Some("ELBSecurityPolicy-2016-08")
+        )));
+        // AWS's default policy on a TLS listener is no reason to rewrite it.
+        assert!(!want("TLS", Some("c1"), None).differs_from(&l(
+            ProtocolEnum::Tls,
+            Some("c1"),
+            Some("ELBSecurityPolicy-2016-08")
+        )));
+        assert!(want("TLS", Some("c2"), None).differs_from(&l(ProtocolEnum::Tls, Some("c1"), None)));
+        assert!(want("TLS", Some("c1"), Some("p2")).differs_from(&l(
+            ProtocolEnum::Tls,
+            Some("c1"),
+            Some("p1")
+        )));
+        let mut other_tg = want("TCP", None, None);
+        other_tg.target_group = "tg-2".into();
+        assert!(other_tg.differs_from(&l(ProtocolEnum::Tcp, None, None)));
     }
 
     #[test]
