@@ -323,3 +323,80 @@ async fn routes_point_pod_cidrs_at_instances_and_follow_node_deletion() -> Resul
     );
     Ok(())
 }
+
+/// AWS-13: a Fargate node (`fargate-ip-…` provider ID) is answered from its network interface
+/// — InternalIP/InternalDNS and the interface's zone — and never looked up with
+/// `DescribeInstances`; it is deleted only once its interface is gone, and never tainted as
+/// shut down while it exists (upstream's answer is inverted there).
+#[tokio::test]
+async fn fargate_nodes_are_answered_from_their_network_interface() -> Result<()> {
+    let env = env(1).await?;
+    let _ccm = start_ccm(&env, "ccm-aws-fargate", &["--node-monitor-period=1s"])?;
+    let ec2 = env.moto.ec2();
+    let (zone, subnet) = env.world.subnets[0].clone();
+    let eni = ec2
+        .create_network_interface()
+        .subnet_id(&subnet)
+        .private_ip_address("10.0.0.77")
+        .send()
+        .await?
+        .network_interface()
+        .and_then(|n| n.network_interface_id())
+        .unwrap_or_default()
+        .to_string();
+    let attachment = ec2
+        .attach_network_interface()
+        .network_interface_id(&eni)
+        .instance_id(&env.world.instances[0].id)
+        .device_index(1)
+        .send()
+        .await?
+        .attachment_id()
+        .unwrap_or_default()
+        .to_string();
+    let name = "fargate-ip-10-0-0-77.ec2.internal";
+    let mut node = tainted_node(name);
+    node.spec.get_or_insert_with(NodeSpec::default).provider_id = Some(format!("aws:///{zone}/{name}"));
+    env.nodes.create(&PostParams::default(), &node).await?;
+    let n = wait_for("fargate node initialised", T, || initialised(&env.nodes, name)).await?;
+    let addrs = addresses(&n);
+    assert!(
+        addrs
+            .iter()
+            .any(|a| a.type_ == "InternalIP" && a.address == "10.0.0.77"),
+        "{addrs:?}"
+    );
+    let labels = n.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get("topology.kubernetes.io/zone"), Some(&zone));
+
+    // Not ready while its interface exists: neither deleted nor tainted as shut down.
+    set_ready(&env.nodes, name, "False").await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let n = env.nodes.get(name).await?;
+    assert!(
+        !has_taint(&n, TAINT_SHUTDOWN),
+        "a running Fargate node is not shut down"
+    );
+    assert!(
+        !env.moto
+            .requests()
+            .iter()
+            .any(|b| b.contains("Action=DescribeInstances") && b.contains("fargate-")),
+        "a Fargate ID never reaches DescribeInstances"
+    );
+
+    // Its interface gone: the Node goes.
+    ec2.detach_network_interface()
+        .attachment_id(&attachment)
+        .send()
+        .await?;
+    ec2.delete_network_interface()
+        .network_interface_id(&eni)
+        .send()
+        .await?;
+    wait_for("fargate node deleted", T, || async {
+        env.nodes.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await?;
+    Ok(())
+}

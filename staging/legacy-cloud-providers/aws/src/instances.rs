@@ -128,6 +128,9 @@ pub struct InstanceInfo {
     pub subnet_id: String,
     /// Security group IDs.
     pub security_groups: Vec<String>,
+    /// A Fargate "instance" (AWS-13): answered from its network interface, never a
+    /// load-balancer target.
+    pub fargate: bool,
 }
 
 impl InstanceInfo {
@@ -177,6 +180,7 @@ impl InstanceInfo {
                 .iter()
                 .filter_map(|g| g.group_id().map(str::to_string))
                 .collect(),
+            fargate: false,
         }
     }
 
@@ -188,8 +192,31 @@ impl InstanceInfo {
             || self.tags.get("KubernetesCluster").map(String::as_str) == Some(cluster_id)
     }
 
-    /// Node addresses by AWS-14…16.
+    /// Node addresses by AWS-14…16 (a Fargate node: InternalIP and InternalDNS of its network
+    /// interface per family, as upstream's Fargate variant).
     pub fn node_addresses(&self, families: &[IpFamily]) -> Result<Vec<NodeAddress>, String> {
+        if self.fargate {
+            let mut out = Vec::new();
+            for family in families {
+                let ip = match family {
+                    IpFamily::Ipv4 => Some(self.private_ip.as_str()).filter(|ip| !ip.is_empty()),
+                    IpFamily::Ipv6 => self.enis.first().and_then(|e| e.ipv6.first()).map(String::as_str),
+                };
+                let Some(ip) = ip else { continue };
+                check_ip(ip, &self.id)?;
+                out.push(NodeAddress {
+                    type_: "InternalIP".into(),
+                    address: ip.into(),
+                });
+                if !self.private_dns_name.is_empty() {
+                    out.push(NodeAddress {
+                        type_: "InternalDNS".into(),
+                        address: self.private_dns_name.clone(),
+                    });
+                }
+            }
+            return Ok(out);
+        }
         let mut enis: Vec<&Eni> = self.enis.iter().collect();
         enis.sort_by_key(|e| e.device_index.unwrap_or(i32::MAX));
         let mut out = Vec::new();

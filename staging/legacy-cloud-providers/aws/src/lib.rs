@@ -49,6 +49,8 @@ use crate::{
 
 /// The provider name.
 pub const PROVIDER_NAME: &str = "aws";
+/// Instance IDs of Fargate nodes start with this (AWS-13).
+pub const FARGATE_PREFIX: &str = "fargate-";
 /// Node label with the zone ID (AWS-21).
 pub const LABEL_ZONE_ID: &str = "topology.k8s.aws/zone-id";
 
@@ -332,8 +334,13 @@ impl AwsCloud {
                         ))
                     })?;
                 let me = self
-                    .lookup(&NodeKey::Id(id.clone()), METADATA_MAX_AGE)
-                    .await?
+                    .instances
+                    .get(&NodeKey::Id(id.clone()), METADATA_MAX_AGE)
+                    .await
+                    .map_err(|e| match e {
+                        LookupError::Aws(a) => CloudError::wrap(format!("looking up the CCM's instance {id}"), a),
+                        other => CloudError::msg(other.to_string()),
+                    })?
                     .ok_or_else(|| {
                         CloudError::msg(format!(
                             "cannot tell the cluster's VPC: the instance the CCM runs on ({id}, from IMDS) is not in EC2"
@@ -371,10 +378,90 @@ impl AwsCloud {
     }
 
     async fn lookup(&self, key: &NodeKey, max_age: Duration) -> CloudResult<Option<Arc<InstanceInfo>>> {
+        if let NodeKey::Id(id) = key
+            && id.starts_with(FARGATE_PREFIX)
+        {
+            return self.fargate_lookup(id).await;
+        }
         self.instances.get(key, max_age).await.map_err(|e| match e {
             LookupError::Aws(a) => CloudError::wrap(format!("looking up {key:?}"), a),
             other => CloudError::msg(other.to_string()),
         })
+    }
+
+    /// A Fargate node (AWS-13): its attached network interface in the cluster's VPC, found by
+    /// the private IP in its ID (`fargate-10.0.1.5` or `fargate-ip-10-0-1-5.<domain>`), never
+    /// by `DescribeInstances`. No interface = gone; several = an error (no verdict). Zone and
+    /// addresses are the interface's; the type is "". Unlike upstream (whose
+    /// `InstanceShutdown` answers true while the interface *exists*), a Fargate node is never
+    /// reported shut down.
+    async fn fargate_lookup(&self, id: &str) -> CloudResult<Option<Arc<InstanceInfo>>> {
+        use aws_sdk_ec2::types::Filter;
+        let endpoint = id.trim_start_matches(FARGATE_PREFIX);
+        let ip = match endpoint.strip_prefix("ip-") {
+            Some(rest) => rest.split('.').next().unwrap_or_default().replace('-', "."),
+            None => endpoint.to_string(),
+        };
+        let vpc = self.self_network().await?.vpc_id.clone();
+        let out = self
+            .api
+            .call(
+                "describe_network_interfaces",
+                self.ec2
+                    .describe_network_interfaces()
+                    .filters(Filter::builder().name("vpc-id").values(&vpc).build())
+                    .filters(Filter::builder().name("private-ip-address").values(&ip).build())
+                    .send(),
+            )
+            .await
+            .map_err(|e| {
+                CloudError::wrap(
+                    format!("looking up the network interface of Fargate node {id}"),
+                    e,
+                )
+            })?;
+        // Upstream filters `attachment.status=attached` on the server; the same check here (moto
+        // has no such filter).
+        let enis: Vec<&aws_sdk_ec2::types::NetworkInterface> = out
+            .network_interfaces()
+            .iter()
+            .filter(|e| {
+                e.attachment()
+                    .and_then(|a| a.status())
+                    .is_some_and(|s| s.as_str() == "attached")
+            })
+            .collect();
+        let eni = match enis.as_slice() {
+            [] => return Ok(None),
+            [one] => *one,
+            many => {
+                return Err(CloudError::msg(format!(
+                    "Fargate node {id}: {} network interfaces have the address {ip} in {vpc}",
+                    many.len()
+                )));
+            }
+        };
+        Ok(Some(Arc::new(InstanceInfo {
+            id: id.to_string(),
+            zone: eni.availability_zone().unwrap_or_default().to_string(),
+            state: Some("running".into()),
+            private_ip: eni.private_ip_address().unwrap_or_default().to_string(),
+            private_dns_name: eni.private_dns_name().unwrap_or_default().to_string(),
+            vpc_id: eni.vpc_id().unwrap_or_default().to_string(),
+            subnet_id: eni.subnet_id().unwrap_or_default().to_string(),
+            enis: vec![crate::instances::Eni {
+                device_index: Some(0),
+                status: "in-use".into(),
+                private_ips: vec![eni.private_ip_address().unwrap_or_default().to_string()],
+                ipv6: eni
+                    .ipv6_addresses()
+                    .iter()
+                    .filter_map(|a| a.ipv6_address().map(str::to_string))
+                    .collect(),
+            }],
+            fargate: true,
+            ..Default::default()
+        })))
     }
 
     /// The instance for a node name: the informer's providerID first, then AWS-08's rules.

@@ -340,7 +340,8 @@ impl AwsCloud {
         }
 
         self.sync_classic_attributes(name, opts).await?;
-        self.sync_classic_policies(name, opts, &wanted_listeners).await?;
+        self.sync_classic_policies(name, opts, &wanted_listeners, existing.as_ref())
+            .await?;
         self.sync_classic_instances(name, existing.as_ref(), instances)
             .await?;
         if !self.config.disable_security_group_ingress
@@ -572,7 +573,7 @@ impl AwsCloud {
         let same = current.load_balancer_attributes().is_some_and(|c| {
             c.cross_zone_load_balancing().map(|x| x.enabled())
                 == want.cross_zone_load_balancing().map(|x| x.enabled())
-                && c.access_log().map(|x| x.enabled()) == want.access_log().map(|x| x.enabled())
+                && same_access_log(c.access_log(), want.access_log())
                 && c.connection_draining().map(|x| {
                     (
                         x.enabled(),
@@ -603,7 +604,27 @@ impl AwsCloud {
         name: &str,
         opts: &LbOptions,
         listeners: &[ListenerSpec],
+        lb: Option<&LoadBalancerDescription>,
     ) -> CloudResult<()> {
+        // What the ELB has now (nothing for one just made): policies are set only where they
+        // differ, not on every sync.
+        let backend_now = |port: i32| -> Option<Vec<String>> {
+            let lb = lb?;
+            Some(
+                lb.backend_server_descriptions()
+                    .iter()
+                    .find(|b| b.instance_port() == Some(port))
+                    .map(|b| b.policy_names().to_vec())
+                    .unwrap_or_default(),
+            )
+        };
+        let listener_now = |port: i32| -> Option<Vec<String>> {
+            let lb = lb?;
+            lb.listener_descriptions()
+                .iter()
+                .find(|d| d.listener().is_some_and(|l| l.load_balancer_port() == port))
+                .map(|d| d.policy_names().to_vec())
+        };
         let existing = self
             .api
             .call(
@@ -640,6 +661,9 @@ impl AwsCloud {
             if !opts.proxy_protocol && !names.contains(PROXY_PROTOCOL_POLICY) {
                 continue;
             }
+            if backend_now(*port).is_some_and(|now| now == policies) {
+                continue;
+            }
             self.api
                 .call(
                     "elb_set_backend_policies",
@@ -668,6 +692,7 @@ impl AwsCloud {
             for l in listeners
                 .iter()
                 .filter(|l| l.protocol == "SSL" || l.protocol == "HTTPS")
+                .filter(|l| !listener_now(l.port).is_some_and(|now| now.contains(&policy)))
             {
                 self.api
                     .call(
@@ -882,6 +907,26 @@ impl AwsCloud {
     }
 }
 
+/// Whether the access-log settings match: enabled or not, and when enabled also the bucket,
+/// the prefix and the emit interval (a changed bucket is applied, not ignored).
+fn same_access_log(have: Option<&AccessLog>, want: Option<&AccessLog>) -> bool {
+    let key = |a: Option<&AccessLog>| {
+        a.map(|a| {
+            if a.enabled() {
+                (
+                    true,
+                    a.s3_bucket_name().unwrap_or_default().to_string(),
+                    a.s3_bucket_prefix().unwrap_or_default().to_string(),
+                    a.emit_interval().unwrap_or(60),
+                )
+            } else {
+                (false, String::new(), String::new(), 0)
+            }
+        })
+    };
+    key(have) == key(want)
+}
+
 /// The load balancer's group through which the nodes admit it, as upstream's
 /// `sortELBSecurityGroupList` orders them: the `security-groups` annotation's groups first (in
 /// its order), then the others, then the `extra-security-groups` (in its order); the first wins.
@@ -976,6 +1021,33 @@ mod tests {
         }
         let l = listeners(&ports(), &opts(true, None, Some(vec!["https"]))).unwrap();
         assert_eq!(l[1].protocol, "SSL", "ssl-ports may name ports");
+    }
+
+    #[test]
+    fn access_log_changes_are_seen() {
+        let log = |enabled: bool, bucket: &str, prefix: &str, interval: Option<i32>| {
+            AccessLog::builder()
+                .enabled(enabled)
+                .s3_bucket_name(bucket)
+                .s3_bucket_prefix(prefix)
+                .set_emit_interval(interval)
+                .build()
+        };
+        let a = log(true, "logs", "p", Some(5));
+        assert!(same_access_log(Some(&a), Some(&log(true, "logs", "p", Some(5)))));
+        assert!(!same_access_log(
+            Some(&a),
+            Some(&log(true, "other", "p", Some(5)))
+        ));
+        assert!(!same_access_log(Some(&a), Some(&log(true, "logs", "q", Some(5)))));
+        assert!(!same_access_log(
+            Some(&a),
+            Some(&log(true, "logs", "p", Some(60)))
+        ));
+        assert!(same_access_log(
+            Some(&log(false, "x", "", None)),
+            Some(&log(false, "", "", None))
+        ));
     }
 
     #[test]

@@ -140,7 +140,8 @@ impl AwsCloud {
             }
             let Ok(key) = node_key(node) else { continue };
             match self.lookup(&key, METADATA_MAX_AGE).await? {
-                Some(i) if seen.insert(i.id.clone()) => out.push(i),
+                // A Fargate node has no instance to register.
+                Some(i) if !i.fargate && seen.insert(i.id.clone()) => out.push(i),
                 _ => tracing::debug!(
                     node = node.metadata.name.as_deref().unwrap_or_default(),
                     "no instance for node; not a load-balancer target"
