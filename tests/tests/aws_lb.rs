@@ -1528,3 +1528,66 @@ async fn a_target_group_that_cannot_be_deleted_yet_is_swept_later() -> Result<()
     .await?;
     nothing_left(&env).await
 }
+
+/// Throttling the SDK retried is still throttling: every throttled attempt (not only the call's
+/// final error) counts for the region's shared back-off and
+/// `cloudprovider_aws_api_throttled_requests_total{operation_name}` (AWS operation names, as
+/// upstream).
+#[tokio::test]
+async fn every_throttled_attempt_counts_not_only_the_final_error() -> Result<()> {
+    let env = env_opts(
+        1,
+        EnvOptions {
+            fault_proxy: true,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let proxy = env.proxy.as_ref().expect("proxy");
+    proxy.add(Rule::new(
+        &["Action=DescribeLoadBalancers"],
+        Action::Respond {
+            status: 400,
+            body: "<ErrorResponse><Error><Type>Sender</Type><Code>Throttling</Code><Message>Rate exceeded</Message></Error><RequestId>fault</RequestId></ErrorResponse>".into(),
+        },
+    ));
+    env.services
+        .create(
+            &PostParams::default(),
+            &load_balancer_service("slow", &[], &[(80, "http")]),
+        )
+        .await?;
+    let throttled =
+        r#"cloudprovider_aws_api_throttled_requests_total{operation_name="DescribeLoadBalancers"}"#;
+    let failed = r#"cloudprovider_aws_api_request_errors{request="elbv2_describe_load_balancers"}"#;
+    let (t, f) = wait_for("throttled attempts counted", T, || async {
+        let (t, f) = (
+            env._ccm.metric_value(throttled).await,
+            env._ccm.metric_value(failed).await,
+        );
+        (f >= 1.0 && t >= 3.0 * f).then_some((t, f))
+    })
+    .await
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "{e}; proxy faulted {}; CCM log:\n{}",
+            proxy.faulted(),
+            ccm_tail(&env)
+        )
+    })?;
+    assert!(t >= 3.0, "{t} throttled attempts for {f} failed calls");
+    assert!(
+        proxy.faulted() as f64 >= t,
+        "every counted attempt reached the proxy ({} faulted, {t} counted)",
+        proxy.faulted()
+    );
+    // The shared back-off saw them: the region's requests now wait.
+    wait_for("the shared back-off inserts a delay", T, || async {
+        env._ccm
+            .log()
+            .contains("Inserting delay before AWS request")
+            .then_some(())
+    })
+    .await?;
+    Ok(())
+}

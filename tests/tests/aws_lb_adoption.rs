@@ -400,6 +400,16 @@ async fn load_balancers_made_by_the_go_provider_are_adopted_without_one_mutating
         ccm.log()
     );
 
+    // Upstream's default set of controllers includes the route controller; without
+    // --cluster-cidr it is not started (upstream would fail to start) and a warning says so.
+    assert!(
+        ccm.log()
+            .contains("the node-route-controller is not started: --cluster-cidr is not set"),
+        "{}",
+        ccm.log()
+    );
+    assert!(!ccm.runs_controller("route").await);
+
     // Same resources, same identities.
     let v2 = moto.elbv2();
     let lbs = v2.describe_load_balancers().send().await?;

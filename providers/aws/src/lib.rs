@@ -8,12 +8,10 @@ pub use k8s_legacy_cloud_provider_aws as legacy;
 /// The provider name (`--cloud-provider` default).
 pub const PROVIDER_NAME: &str = legacy::PROVIDER_NAME;
 
-/// The provider as the cloud-controller-manager application needs it. As in upstream's
-/// cloud-provider-aws, the node-route controller is off unless named in `--controllers`
-/// (e.g. `--controllers=*,route`): most AWS clusters use a CNI that needs no VPC routes.
+/// The provider as the cloud-controller-manager application needs it. The default set of
+/// controllers is upstream cloud-provider-aws's: the cloud-node, cloud-node-lifecycle, service
+/// and node-route controllers (the route controller starts only with `--cluster-cidr` and
+/// `--configure-cloud-routes`, which defaults to true — most AWS clusters set it to false).
 pub fn provider_spec() -> k8s_cloud_provider::app::ProviderSpec {
-    let mut spec = k8s_cloud_provider::app::ProviderSpec::new(PROVIDER_NAME, legacy::factory());
-    spec.disabled_by_default
-        .push(k8s_cloud_provider::controllers::route::NAME.to_string());
-    spec
+    k8s_cloud_provider::app::ProviderSpec::new(PROVIDER_NAME, legacy::factory())
 }

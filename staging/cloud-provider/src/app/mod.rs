@@ -449,7 +449,23 @@ async fn build_cloud(
         }
     }
     let route_enabled = registry.is_enabled(controllers::route::NAME, &validated.controllers);
+    // Upstream fails to start whenever the route controller is on without --cluster-cidr; here
+    // only when it is named in --controllers. On by default only ("*"), it is not started and
+    // a warning says why (see `start_set`).
+    let route_named = validated
+        .controllers
+        .iter()
+        .any(|c| c == controllers::route::NAME);
     if opts.generic.configure_cloud_routes
+        && route_enabled
+        && cloud.routes().is_some()
+        && validated.cluster_cidrs.is_empty()
+        && !route_named
+    {
+        warn!(
+            "the node-route-controller is not started: --cluster-cidr is not set (name it in --controllers together with --cluster-cidr to program routes, or set --configure-cloud-routes=false to silence this)"
+        );
+    } else if opts.generic.configure_cloud_routes
         && route_enabled
         && cloud.routes().is_some()
         && validated.cluster_cidrs.is_empty()
@@ -757,6 +773,10 @@ async fn start_set(
         }
         if name == controllers::route::NAME && !opts.generic.configure_cloud_routes {
             info!("Will not configure cloud provider routes, --configure-cloud-routes: false");
+            continue;
+        }
+        if name == controllers::route::NAME && validated.cluster_cidrs.is_empty() {
+            // Only reachable when on by default (named without --cluster-cidr fails at start).
             continue;
         }
         match start_controller(name, &running.ctx) {

@@ -12,7 +12,12 @@
 //! 3. turns the SDK error into an [`AwsError`] carrying the operation, the AWS error code and
 //!    the message (never credentials).
 //!
-//! The SDK's own standard retries (3 attempts, exponential back-off with jitter) stay on.
+//! The SDK's own standard retries (3 attempts, exponential back-off with jitter) stay on; the
+//! [`AttemptCounter`] interceptor on every client counts each of their attempts, and each
+//! throttled one, for the shared back-off and the throttling metric — as upstream's request
+//! handlers do — so a throttled call the SDK retried into success still slows the region down.
+//! (The SDK's adaptive retry mode was considered: its client-side rate limiter is per client,
+//! not per region, and it would hide throttling from this shared back-off.)
 
 use std::{
     future::Future,
@@ -99,6 +104,83 @@ impl CrossRequestRetryDelay {
     /// Counts a throttling error.
     pub fn record_throttling(&self) {
         self.state.lock().throttled += 1.0;
+    }
+
+    /// How long to wait before a call, without counting it (the [`AttemptCounter`] counts
+    /// each attempt).
+    pub fn current_delay(&self, now: Instant) -> Duration {
+        let d = self.delay_for_request(now);
+        self.state.lock().requests -= 1.0;
+        d
+    }
+
+    /// Counts one attempt (a request on the wire).
+    pub fn record_attempt(&self) {
+        self.state.lock().requests += 1.0;
+    }
+}
+
+/// Whether an AWS error response body names a throttling code (`<Code>Throttling</Code>` in
+/// the query/XML protocols, `"__type":"…Throttling…"` in JSON ones).
+pub fn is_throttling_body(body: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(body);
+    THROTTLING_CODES.iter().any(|c| {
+        text.contains(&format!("<Code>{c}</Code>"))
+            || text.contains(&format!("\"{c}\""))
+            || text.contains(&format!("#{c}\""))
+    })
+}
+
+/// The SDK interceptor counting every attempt and every throttled attempt (see the module
+/// documentation); `cloudprovider_aws_api_throttled_requests_total{operation_name}` is
+/// labelled with the AWS operation name, as upstream's.
+#[derive(Debug, Clone)]
+pub struct AttemptCounter {
+    backoff: Arc<CrossRequestRetryDelay>,
+    metrics: AwsMetrics,
+}
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for AttemptCounter {
+    fn name(&self) -> &'static str {
+        "k8s-aws-attempt-counter"
+    }
+
+    fn read_before_attempt(
+        &self,
+        _context: &aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef<
+            '_,
+        >,
+        _runtime_components: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        _cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        self.backoff.record_attempt();
+        Ok(())
+    }
+
+    fn read_after_attempt(
+        &self,
+        context: &aws_smithy_runtime_api::client::interceptors::context::FinalizerInterceptorContextRef<'_>,
+        _runtime_components: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        let Some(response) = context.response() else {
+            return Ok(());
+        };
+        if response.status().is_success() {
+            return Ok(());
+        }
+        if response.body().bytes().is_some_and(is_throttling_body) {
+            self.backoff.record_throttling();
+            let operation = cfg
+                .load::<aws_smithy_runtime_api::client::orchestrator::Metadata>()
+                .map(|m| m.name().to_string())
+                .unwrap_or_default();
+            self.metrics
+                .throttled_requests
+                .with_label_values(&[operation.as_str()])
+                .inc();
+        }
+        Ok(())
     }
 }
 
@@ -192,6 +274,14 @@ pub struct AwsApi {
 }
 
 impl AwsApi {
+    /// The interceptor to put on every SDK client of this region.
+    pub fn attempt_counter(&self) -> AttemptCounter {
+        AttemptCounter {
+            backoff: self.backoff.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+
     /// Runs one AWS call under the back-off, with metrics and error mapping.
     pub async fn call<T, E, R, Fut>(&self, operation: &'static str, fut: Fut) -> Result<T, AwsError>
     where
@@ -199,7 +289,7 @@ impl AwsApi {
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
         R: std::fmt::Debug + Send + Sync + 'static,
     {
-        let delay = self.backoff.delay_for_request(Instant::now());
+        let delay = self.backoff.current_delay(Instant::now());
         if !delay.is_zero() {
             warn!(
                 operation,
@@ -220,14 +310,8 @@ impl AwsApi {
                 Ok(v)
             }
             Err(e) => {
+                // Throttled attempts were counted by the AttemptCounter.
                 let code = e.code().map(str::to_string);
-                if code.as_deref().is_some_and(|c| THROTTLING_CODES.contains(&c)) {
-                    self.backoff.record_throttling();
-                    self.metrics
-                        .throttled_requests
-                        .with_label_values(&[operation])
-                        .inc();
-                }
                 self.metrics.request_errors.with_label_values(&[operation]).inc();
                 let message = match e.message() {
                     Some(m) => m.to_string(),
@@ -247,6 +331,34 @@ impl AwsApi {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn throttling_bodies_are_recognised() {
+        assert!(is_throttling_body(
+            b"<Response><Errors><Error><Code>RequestLimitExceeded</Code></Error></Errors></Response>"
+        ));
+        assert!(is_throttling_body(
+            b"<ErrorResponse><Error><Type>Sender</Type><Code>Throttling</Code></Error></ErrorResponse>"
+        ));
+        assert!(!is_throttling_body(
+            b"<ErrorResponse><Error><Code>LoadBalancerNotFound</Code></Error></ErrorResponse>"
+        ));
+    }
+
+    #[test]
+    fn current_delay_does_not_count_attempts_do() {
+        let b = CrossRequestRetryDelay::default();
+        let t0 = Instant::now();
+        for _ in 0..6 {
+            b.record_attempt();
+        }
+        for _ in 0..5 {
+            b.record_throttling();
+        }
+        // 5 throttled / (4 + 6) attempts = 50 % → 30 s, however often it is asked.
+        assert_eq!(b.current_delay(t0), Duration::from_secs(30));
+        assert_eq!(b.current_delay(t0), Duration::from_secs(30));
+    }
 
     #[test]
     fn no_delay_below_ten_percent_then_proportional_then_decays() {

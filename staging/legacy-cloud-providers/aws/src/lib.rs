@@ -206,7 +206,8 @@ impl AwsCloud {
                 ))
                 .build();
         }
-        let mut ec2_conf = aws_sdk_ec2::config::Builder::from(&sdk);
+        let api = AwsApi::default();
+        let mut ec2_conf = aws_sdk_ec2::config::Builder::from(&sdk).interceptor(api.attempt_counter());
         if let Some(o) = config.override_for(AwsService::Ec2, &region) {
             info!(url = %o.url, signing_region = %o.signing_region, "using the EC2 endpoint of [ServiceOverride {:?}]", o.id);
             ec2_conf = ec2_conf
@@ -214,7 +215,8 @@ impl AwsCloud {
                 .region(Region::new(o.signing_region.clone()));
         }
         let ec2 = aws_sdk_ec2::Client::from_conf(ec2_conf.build());
-        let mut elb_conf = aws_sdk_elasticloadbalancing::config::Builder::from(&sdk);
+        let mut elb_conf =
+            aws_sdk_elasticloadbalancing::config::Builder::from(&sdk).interceptor(api.attempt_counter());
         if let Some(o) = config.override_for(AwsService::Elb, &region) {
             info!(url = %o.url, "using the ELB endpoint of [ServiceOverride {:?}]", o.id);
             elb_conf = elb_conf
@@ -222,7 +224,8 @@ impl AwsCloud {
                 .region(Region::new(o.signing_region.clone()));
         }
         let elb = aws_sdk_elasticloadbalancing::Client::from_conf(elb_conf.build());
-        let mut elbv2_conf = aws_sdk_elasticloadbalancingv2::config::Builder::from(&sdk);
+        let mut elbv2_conf =
+            aws_sdk_elasticloadbalancingv2::config::Builder::from(&sdk).interceptor(api.attempt_counter());
         if let Some(o) = config.override_for(AwsService::Elbv2, &region) {
             info!(url = %o.url, "using the ELBv2 endpoint of [ServiceOverride {:?}]", o.id);
             elbv2_conf = elbv2_conf
@@ -230,7 +233,6 @@ impl AwsCloud {
                 .region(Region::new(o.signing_region.clone()));
         }
         let elbv2 = aws_sdk_elasticloadbalancingv2::Client::from_conf(elbv2_conf.build());
-        let api = AwsApi::default();
 
         let cluster_id = match config.cluster_id() {
             Some(id) => id.to_string(),
