@@ -1591,3 +1591,77 @@ async fn every_throttled_attempt_counts_not_only_the_final_error() -> Result<()>
     .await?;
     Ok(())
 }
+
+/// A `subnets` annotation naming a `Name` tag that two subnets carry is an error naming both
+/// (upstream only counts), and nothing is made.
+#[tokio::test]
+async fn an_ambiguous_subnet_name_is_an_error_naming_the_subnets() -> Result<()> {
+    let env = env(1).await?;
+    let (zone, _) = env.world.subnets[0].clone();
+    let twin = env
+        .moto
+        .ec2()
+        .create_subnet()
+        .vpc_id(&env.world.vpc_id)
+        .availability_zone(&zone)
+        .cidr_block("10.0.32.0/20")
+        .tag_specifications(
+            aws_sdk_ec2::types::TagSpecification::builder()
+                .resource_type(aws_sdk_ec2::types::ResourceType::Subnet)
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key("Name")
+                        .value("shared-name")
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await?
+        .subnet()
+        .and_then(|s| s.subnet_id())
+        .unwrap_or_default()
+        .to_string();
+    env.moto
+        .ec2()
+        .create_tags()
+        .resources(&env.world.subnets[0].1)
+        .tags(
+            aws_sdk_ec2::types::Tag::builder()
+                .key("Name")
+                .value("shared-name")
+                .build(),
+        )
+        .send()
+        .await?;
+    env.services
+        .create(
+            &PostParams::default(),
+            &load_balancer_service("twins", &[("subnets", "shared-name")], &[(80, "http")]),
+        )
+        .await?;
+    let client = env.cluster.client().await?;
+    let msg = wait_for("an error naming both subnets", T, || async {
+        let events = events_for(&client, "default", "twins").await.ok()?;
+        events
+            .into_iter()
+            .find(|(reason, msg, _)| reason == "SyncLoadBalancerFailed" && msg.contains("ambiguous"))
+            .map(|(_, msg, _)| msg)
+    })
+    .await?;
+    assert!(
+        msg.contains(&twin) && msg.contains(&env.world.subnets[0].1),
+        "{msg}"
+    );
+    assert!(
+        env.moto
+            .elb()
+            .describe_load_balancers()
+            .send()
+            .await?
+            .load_balancer_descriptions()
+            .is_empty()
+    );
+    env.moto.ec2().delete_subnet().subnet_id(&twin).send().await?;
+    Ok(())
+}

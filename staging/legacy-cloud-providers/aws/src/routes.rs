@@ -106,15 +106,27 @@ impl AwsCloud {
         Ok(out.route_tables().to_vec())
     }
 
-    fn node_name_for_instance(&self, instance_id: &str, private_dns: &str) -> String {
+    /// Instance ID → node name, from the Node informer's provider IDs (AWS-06's `instanceID`
+    /// index, built once per listing; a malformed provider ID is left out with a warning).
+    fn instance_index(&self) -> std::collections::HashMap<String, String> {
+        let mut index = std::collections::HashMap::new();
         if let Some(store) = self.instances.nodes() {
             for n in store.list() {
-                if instance_id_from_provider_id(provider_id(&n)).is_ok_and(|id| id == instance_id) {
-                    return n.metadata.name.clone().unwrap_or_default();
+                let pid = provider_id(&n);
+                if pid.is_empty() {
+                    continue;
+                }
+                match instance_id_from_provider_id(pid) {
+                    Ok(id) => {
+                        index.insert(id, n.metadata.name.clone().unwrap_or_default());
+                    }
+                    Err(e) => {
+                        tracing::warn!(node = n.metadata.name.as_deref().unwrap_or_default(), error = %e, "node left out of the instance index")
+                    }
                 }
             }
         }
-        private_dns.to_string()
+        index
     }
 }
 
@@ -122,6 +134,7 @@ impl AwsCloud {
 impl Routes for AwsCloud {
     async fn list_routes(&self, cluster_name: &str) -> CloudResult<Vec<Route>> {
         let table_id = self.route_table_id().await?;
+        let index = self.instance_index();
         let mut routes = Vec::new();
         for table in self.describe_table(&table_id).await? {
             for r in table.routes() {
@@ -144,7 +157,10 @@ impl Routes for AwsCloud {
                 let key = NodeKey::Id(instance_id.to_string());
                 let (target, blackhole) = match self.lookup(&key, crate::instances::CACHE_TTL).await? {
                     Some(i) => (
-                        self.node_name_for_instance(&i.id, &i.private_dns_name),
+                        index
+                            .get(&i.id)
+                            .cloned()
+                            .unwrap_or_else(|| i.private_dns_name.clone()),
                         i.state.as_deref() == Some("terminated"),
                     ),
                     // As upstream: a route to an instance EC2 does not know is left out (and so
