@@ -823,7 +823,7 @@ impl AwsCloud {
     }
 }
 
-/// How long [`AwsCloud::vpc_network`] keeps the VPC's subnets and route tables.
+/// How long the VPC's subnets and route tables are kept between load-balancer syncs.
 pub const VPC_NETWORK_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// One subnet of the VPC.
