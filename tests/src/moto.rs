@@ -1,6 +1,7 @@
 //! `Moto`: moto's AWS emulator (EC2, ELB, ELBv2) on a random port of 127.0.0.1, and `World`, a
 //! cluster-shaped VPC built in it with the real AWS SDK.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -91,9 +92,9 @@ impl Moto {
         self.process.log()
     }
 
-    /// The bodies of every request moto received so far, in order, from moto's recorder
-    /// (query protocol: `Action=CreateTargetGroup&Name=…`).
-    pub fn requests(&self) -> Vec<String> {
+    /// Every request moto received so far, in order, from moto's recorder: its headers and
+    /// its body (query protocol: `Action=CreateTargetGroup&Name=…`).
+    pub fn recorded(&self) -> Vec<(BTreeMap<String, String>, String)> {
         use base64::Engine as _;
         let Ok(text) = std::fs::read_to_string(self.dir.path().join("recording.jsonl")) else {
             return Vec::new();
@@ -102,13 +103,29 @@ impl Moto {
             .filter_map(|line| {
                 let entry: serde_json::Value = serde_json::from_str(line).ok()?;
                 let body = entry["body"].as_str().unwrap_or_default();
-                if entry["body_encoded"].as_bool() == Some(true) {
-                    String::from_utf8(base64::engine::general_purpose::STANDARD.decode(body).ok()?).ok()
+                let body = if entry["body_encoded"].as_bool() == Some(true) {
+                    String::from_utf8(base64::engine::general_purpose::STANDARD.decode(body).ok()?).ok()?
                 } else {
-                    Some(body.to_string())
-                }
+                    body.to_string()
+                };
+                let headers = entry["headers"]
+                    .as_object()
+                    .map(|h| {
+                        h.iter()
+                            .map(|(k, v)| {
+                                (k.to_ascii_lowercase(), v.as_str().unwrap_or_default().to_string())
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                Some((headers, body))
             })
             .collect()
+    }
+
+    /// The bodies of every request moto received so far, in order.
+    pub fn requests(&self) -> Vec<String> {
+        self.recorded().into_iter().map(|(_, body)| body).collect()
     }
 
     /// The API actions (`Action=…` of the query protocol: `CreateTargetGroup`, `DescribeTags`, …)

@@ -400,3 +400,67 @@ async fn fargate_nodes_are_answered_from_their_network_interface() -> Result<()>
     .await?;
     Ok(())
 }
+
+/// `[Global] RoleARN` + `SourceARN`: the CCM works with the assumed role's credentials, and its
+/// AssumeRole request (to moto's STS through `[ServiceOverride]`) carries
+/// `x-amz-source-account` (the role ARN's account) and `x-amz-source-arn`.
+#[tokio::test]
+async fn an_assumed_role_is_asked_for_with_the_source_headers() -> Result<()> {
+    let env = env(1).await?;
+    let config = env.cluster.dir().join("role-cloud.conf");
+    let role = "arn:aws:iam::123456789012:role/ccm";
+    let source = "arn:aws:eks:us-east-1:123456789012:cluster/e2e";
+    let text = env.moto.cloud_config(&env.world).replacen(
+        "[Global]\n",
+        &format!("[Global]\nRoleARN = {role}\nSourceARN = {source}\n"),
+        1,
+    ) + &format!(
+        "\n[ServiceOverride \"sts\"]\nService = sts\nRegion = us-east-1\nURL = {}\nSigningRegion = us-east-1\n",
+        env.moto.endpoint()
+    );
+    std::fs::write(&config, text)?;
+    let _ccm = CcmProcess::start_with_env(
+        BIN,
+        "ccm-aws-role",
+        env.cluster.kubeconfig_path(),
+        env.cluster.dir(),
+        &[
+            format!("--cloud-config={}", config.display()),
+            "--leader-elect=false".to_string(),
+        ],
+        &env.moto.sdk_env(),
+    )?;
+    let i = &env.world.instances[0];
+    env.nodes
+        .create(&PostParams::default(), &tainted_node(&i.private_dns_name))
+        .await?;
+    wait_for("initialised with the assumed role", T, || {
+        initialised(&env.nodes, &i.private_dns_name)
+    })
+    .await?;
+    let recorded = env.moto.recorded();
+    let (headers, _) = recorded
+        .iter()
+        .find(|(_, body)| body.contains("Action=AssumeRole"))
+        .expect("an AssumeRole request reached moto's STS");
+    assert_eq!(
+        headers.get("x-amz-source-account").map(String::as_str),
+        Some("123456789012")
+    );
+    assert_eq!(headers.get("x-amz-source-arn").map(String::as_str), Some(source));
+    // EC2 was called with the assumed role's credentials, not the static ones.
+    // The last DescribeInstances is the CCM's (the test's own world building came first).
+    let describe = recorded
+        .iter()
+        .rev()
+        .find(|(_, body)| body.contains("Action=DescribeInstances"))
+        .expect("a DescribeInstances");
+    assert!(
+        !describe
+            .0
+            .get("authorization")
+            .is_some_and(|a| a.contains("AKIDTEST")),
+        "EC2 calls are signed with the assumed role's credentials"
+    );
+    Ok(())
+}

@@ -15,9 +15,9 @@
 //! - `[ServiceOverride]` accepts the 1.20 and the newest service names; `SigningName` is
 //!   accepted but the SDK signs with the service's own name (it is `ec2` / `elasticloadbalancing`
 //!   for every known override);
-//! - `SourceARN` is accepted but not sent on AssumeRole (the SDK's assume-role provider has no
-//!   header hook); `DescribeInstanceTopology` labels (`topology.k8s.aws/network-node-layer-N`)
-//!   and Fargate nodes are not supported yet.
+//! - `DescribeInstanceTopology` labels (`topology.k8s.aws/network-node-layer-N`) are not
+//!   supported yet (no test server implements the call);
+//! - a Fargate node is never reported shut down (upstream's answer is inverted).
 
 pub mod annotations;
 pub mod api;
@@ -25,6 +25,7 @@ pub mod config;
 pub mod instances;
 pub mod lb;
 pub mod routes;
+pub mod sts;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -71,6 +72,9 @@ pub enum AwsInitError {
         "AWS cloud failed to find ClusterID: set [Global] KubernetesClusterID, or tag the instance with kubernetes.io/cluster/<id>"
     )]
     NoClusterId,
+    /// `[Global] RoleARN` is not an ARN.
+    #[error("{0}")]
+    RoleArn(String),
     /// More than one cluster tag on the self instance.
     #[error("found multiple cluster tags on the instance the cloud-controller-manager runs on: {0:?}")]
     MultipleClusterTags(Vec<String>),
@@ -194,11 +198,8 @@ impl AwsCloud {
                 Some(o) => sdk.to_builder().endpoint_url(&o.url).build(),
                 None => sdk.clone(),
             };
-            let provider = aws_config::sts::AssumeRoleProvider::builder(&config.role_arn)
-                .session_name("cloud-controller-manager")
-                .configure(&sts_sdk)
-                .build()
-                .await;
+            let provider = sts::AssumeRoleWithSource::new(&sts_sdk, &config.role_arn, &config.source_arn)
+                .map_err(AwsInitError::RoleArn)?;
             sdk = sdk
                 .into_builder()
                 .credentials_provider(aws_credential_types::provider::SharedCredentialsProvider::new(
