@@ -321,7 +321,7 @@ async fn nothing_left(env: &Env) -> Result<()> {
             .all(|d| !d.starts_with("kubernetes.io/rule/nlb/")),
         "NLB rules left on the node group: {described:?}"
     );
-    // moto keeps the tags of a deleted security group or route table, so one counts as left
+    // moto keeps the tags of a deleted security group, route table or subnet, so one counts as left
     // over only while it still exists; instances are the tests' own (added nodes); any other new
     // tagged resource is a leftover.
     let mut left = Vec::new();
@@ -341,6 +341,20 @@ async fn nothing_left(env: &Env) -> Result<()> {
         };
         if id.starts_with("rtb-") {
             if table_exists().await {
+                left.push(id.clone());
+            }
+            continue;
+        }
+        if id.starts_with("subnet-") {
+            let exists = env
+                .moto
+                .ec2()
+                .describe_subnets()
+                .subnet_ids(id)
+                .send()
+                .await
+                .is_ok_and(|o| !o.subnets().is_empty());
+            if exists {
                 left.push(id.clone());
             }
             continue;
@@ -1664,4 +1678,182 @@ async fn an_ambiguous_subnet_name_is_an_error_naming_the_subnets() -> Result<()>
     );
     env.moto.ec2().delete_subnet().subnet_id(&twin).send().await?;
     Ok(())
+}
+
+/// A load-balancer group whose cluster tag says `shared` is used as it is: never re-tagged
+/// `owned` (nor any other tag rewritten), and never deleted with its load balancer.
+#[tokio::test]
+async fn a_shared_tag_is_never_rewritten_and_a_shared_group_never_deleted() -> Result<()> {
+    let env = env(1).await?;
+    env.services
+        .create(
+            &PostParams::default(),
+            &load_balancer_service("sharing", &[], &[(80, "http")]),
+        )
+        .await?;
+    let s = ingress(&env.services, "sharing").await?;
+    let name = default_load_balancer_name(&s);
+    let ec2 = env.moto.ec2();
+    let group = ec2
+        .describe_security_groups()
+        .filters(
+            Filter::builder()
+                .name("group-name")
+                .values(format!("k8s-elb-{name}"))
+                .build(),
+        )
+        .send()
+        .await?
+        .security_groups()[0]
+        .group_id()
+        .unwrap_or_default()
+        .to_string();
+    ec2.create_tags()
+        .resources(&group)
+        .tags(
+            aws_sdk_ec2::types::Tag::builder()
+                .key("kubernetes.io/cluster/e2e")
+                .value("shared")
+                .build(),
+        )
+        .tags(
+            aws_sdk_ec2::types::Tag::builder()
+                .key("team")
+                .value("payments")
+                .build(),
+        )
+        .send()
+        .await?;
+    let before = env.moto.actions().len();
+    // A re-sync (annotation change) sees the group again.
+    env.services
+        .patch(
+            "sharing",
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"metadata": {"annotations": {format!("{PREFIX}connection-idle-timeout"): "120"}}})),
+        )
+        .await?;
+    wait_for("the re-sync", T, || async {
+        env.moto.actions()[before..]
+            .iter()
+            .any(|a| a == "ModifyLoadBalancerAttributes")
+            .then_some(())
+    })
+    .await?;
+    let tags = |g: aws_sdk_ec2::types::SecurityGroup| -> BTreeMap<String, String> {
+        g.tags()
+            .iter()
+            .filter_map(|t| Some((t.key()?.to_string(), t.value()?.to_string())))
+            .collect()
+    };
+    let g = ec2
+        .describe_security_groups()
+        .group_ids(&group)
+        .send()
+        .await?
+        .security_groups()[0]
+        .clone();
+    let t = tags(g);
+    assert_eq!(
+        t.get("kubernetes.io/cluster/e2e").map(String::as_str),
+        Some("shared")
+    );
+    assert_eq!(t.get("team").map(String::as_str), Some("payments"));
+    delete_service(&env, "sharing").await?;
+    let left = ec2.describe_security_groups().group_ids(&group).send().await?;
+    assert_eq!(
+        left.security_groups().len(),
+        1,
+        "a shared group is not the cluster's to delete"
+    );
+    ec2.delete_security_group().group_id(&group).send().await?;
+    nothing_left(&env).await
+}
+
+/// A subnet replaced within a zone (a better one appears: the role tag) is detached from the
+/// Classic ELB before its successor is attached — an ELB has one subnet per zone — and the ELB
+/// never loses its last subnet.
+#[tokio::test]
+async fn a_classic_elb_subnet_replaced_in_its_zone_is_detached_before_the_new_one_is_attached() -> Result<()>
+{
+    let env = env(1).await?;
+    env.services
+        .create(
+            &PostParams::default(),
+            &load_balancer_service("moving", &[], &[(80, "http")]),
+        )
+        .await?;
+    let s = ingress(&env.services, "moving").await?;
+    let name = default_load_balancer_name(&s);
+    let (zone, old) = env.world.subnets[0].clone();
+    let ec2 = env.moto.ec2();
+    let new = ec2
+        .create_subnet()
+        .vpc_id(&env.world.vpc_id)
+        .availability_zone(&zone)
+        .cidr_block("10.0.48.0/20")
+        .tag_specifications(
+            aws_sdk_ec2::types::TagSpecification::builder()
+                .resource_type(aws_sdk_ec2::types::ResourceType::Subnet)
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key("kubernetes.io/cluster/e2e")
+                        .value("shared")
+                        .build(),
+                )
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key("kubernetes.io/role/elb")
+                        .value("1")
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await?
+        .subnet()
+        .and_then(|s| s.subnet_id())
+        .unwrap_or_default()
+        .to_string();
+    ec2.associate_route_table()
+        .route_table_id(&env.world.route_table_id)
+        .subnet_id(&new)
+        .send()
+        .await?;
+    // Annotation changes re-sync the Service; the VPC's subnets are re-read after 60 s.
+    let before = env.moto.actions().len();
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    let (env_ref, name_ref, new_ref, n_ref) = (&env, &name, &new, &n);
+    let elb = wait_for("the ELB in the new subnet", Duration::from_secs(150), || async move {
+        let k = n_ref.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let patch = serde_json::json!({"metadata": {"annotations": {format!("{PREFIX}additional-resource-tags"): format!("sync={k}")}}});
+        env_ref
+            .services
+            .patch("moving", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .ok()?;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let out = env_ref
+            .moto
+            .elb()
+            .describe_load_balancers()
+            .load_balancer_names(name_ref)
+            .send()
+            .await
+            .ok()?;
+        let elb = out.load_balancer_descriptions().first()?.clone();
+        elb.subnets().contains(new_ref).then_some(elb)
+    })
+    .await?;
+    assert!(!elb.subnets().contains(&old), "{:?}", elb.subnets());
+    let actions = env.moto.actions()[before..].to_vec();
+    let detach = actions.iter().position(|a| a == "DetachLoadBalancerFromSubnets");
+    let attach = actions.iter().position(|a| a == "AttachLoadBalancerToSubnets");
+    assert!(
+        detach.is_some() && detach < attach,
+        "detach before attach: {actions:?}"
+    );
+    delete_service(&env, "moving").await?;
+    ec2.delete_subnet().subnet_id(&new).send().await?;
+    nothing_left(&env).await
 }

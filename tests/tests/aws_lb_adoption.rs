@@ -330,16 +330,30 @@ async fn go_nlb(moto: &Moto, world: &World, svc: &Service) -> Result<(String, St
     ))
 }
 
-#[tokio::test]
-async fn load_balancers_made_by_the_go_provider_are_adopted_without_one_mutating_call() -> Result<()> {
-    let cluster = TestCluster::start().await?;
-    let moto = Moto::start().await?;
-    let world = moto.build_world(CLUSTER, 2).await?;
-    let client = cluster.client().await?;
-    let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    let nodes: Api<Node> = Api::all(client);
+/// Starts the CCM on `world` with `extra_global` lines in `[Global]`.
+fn start_ccm(cluster: &TestCluster, moto: &Moto, world: &World, extra_global: &str) -> Result<CcmProcess> {
+    let config = cluster.dir().join("cloud.conf");
+    std::fs::write(
+        &config,
+        moto.cloud_config(world)
+            .replacen("[Global]\n", &format!("[Global]\n{extra_global}"), 1),
+    )?;
+    CcmProcess::start_with_env(
+        "cloud-controller-manager-aws",
+        "ccm-aws-adoption",
+        cluster.kubeconfig_path(),
+        cluster.dir(),
+        &[
+            format!("--cloud-config={}", config.display()),
+            "--leader-elect=false".into(),
+            format!("--cluster-name={CLUSTER}"),
+        ],
+        &moto.sdk_env(),
+    )
+}
 
-    // The cluster as the Go provider left it: initialised, Ready Nodes and two Services.
+/// Initialised, Ready Nodes for the world's instances, as a running cluster has them.
+async fn ready_nodes(nodes: &Api<Node>, world: &World) -> Result<()> {
     for i in &world.instances {
         let node = Node {
             metadata: ObjectMeta {
@@ -353,8 +367,62 @@ async fn load_balancers_made_by_the_go_provider_are_adopted_without_one_mutating
             status: None,
         };
         nodes.create(&PostParams::default(), &node).await?;
-        set_ready(&nodes, &i.private_dns_name, "True").await?;
+        set_ready(nodes, &i.private_dns_name, "True").await?;
     }
+    Ok(())
+}
+
+/// `NLBSecurityGroupMode = Managed` on a cluster whose NLB was made without security groups
+/// (before the mode existed): AWS cannot add groups to such an NLB, so it is left alone — no
+/// group is made, none is set — as upstream does.
+#[tokio::test]
+async fn managed_security_group_mode_leaves_an_nlb_without_groups_alone() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let moto = Moto::start().await?;
+    let world = moto.build_world(CLUSTER, 2).await?;
+    let client = cluster.client().await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    ready_nodes(&Api::all(client), &world).await?;
+    let nlb_svc = services
+        .create(
+            &PostParams::default(),
+            &load_balancer_service("legacy-nlb", &[("type", "nlb")], &[(80, "http")]),
+        )
+        .await?;
+    let (lb_arn, _, _, nlb_dns) = go_nlb(&moto, &world, &nlb_svc).await?;
+    let before = moto.actions().len();
+    let ccm = start_ccm(&cluster, &moto, &world, "NLBSecurityGroupMode = Managed\n")?;
+    let nlb = wait_for_ingress(&services, "legacy-nlb", T).await?;
+    assert_eq!(ingress_hostname(&nlb).as_deref(), Some(nlb_dns.as_str()));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let actions = moto.actions()[before..].to_vec();
+    assert_eq!(
+        mutating(&actions),
+        Vec::<String>::new(),
+        "{actions:?}\n{}",
+        ccm.log()
+    );
+    let lb = moto
+        .elbv2()
+        .describe_load_balancers()
+        .load_balancer_arns(&lb_arn)
+        .send()
+        .await?;
+    assert!(lb.load_balancers()[0].security_groups().is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn load_balancers_made_by_the_go_provider_are_adopted_without_one_mutating_call() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let moto = Moto::start().await?;
+    let world = moto.build_world(CLUSTER, 2).await?;
+    let client = cluster.client().await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let nodes: Api<Node> = Api::all(client);
+
+    // The cluster as the Go provider left it: initialised, Ready Nodes and two Services.
+    ready_nodes(&nodes, &world).await?;
     let clb_svc = services
         .create(
             &PostParams::default(),
@@ -371,20 +439,7 @@ async fn load_balancers_made_by_the_go_provider_are_adopted_without_one_mutating
     let (lb_arn, tg_arn, listener_arn, nlb_dns) = go_nlb(&moto, &world, &nlb_svc).await?;
 
     let before = moto.actions().len();
-    let config = cluster.dir().join("cloud.conf");
-    std::fs::write(&config, moto.cloud_config(&world))?;
-    let ccm = CcmProcess::start_with_env(
-        "cloud-controller-manager-aws",
-        "ccm-aws-adoption",
-        cluster.kubeconfig_path(),
-        cluster.dir(),
-        &[
-            format!("--cloud-config={}", config.display()),
-            "--leader-elect=false".into(),
-            format!("--cluster-name={CLUSTER}"),
-        ],
-        &moto.sdk_env(),
-    )?;
+    let ccm = start_ccm(&cluster, &moto, &world, "")?;
     let clb = wait_for_ingress(&services, "legacy-clb", T).await?;
     let nlb = wait_for_ingress(&services, "legacy-nlb", T).await?;
     assert_eq!(ingress_hostname(&clb).as_deref(), Some(clb_dns.as_str()));
