@@ -252,6 +252,37 @@ async fn delete_service(env: &Env, name: &str) -> Result<()> {
     .map_err(|e| anyhow::anyhow!("{e}\nCCM log (last lines, newest first):\n{}", ccm_tail(env)))
 }
 
+/// Creates the Classic-ELB Service `svc` (port 80), waits for its load balancer and returns the
+/// load balancer's name and the ID of its own `k8s-elb-<name>` group.
+async fn classic_with_group(env: &Env, svc: &str) -> Result<(String, String)> {
+    env.services
+        .create(
+            &PostParams::default(),
+            &load_balancer_service(svc, &[], &[(80, "http")]),
+        )
+        .await?;
+    let s = ingress(&env.services, svc).await?;
+    let name = default_load_balancer_name(&s);
+    let group = env
+        .moto
+        .ec2()
+        .describe_security_groups()
+        .filters(
+            Filter::builder()
+                .name("group-name")
+                .values(format!("k8s-elb-{name}"))
+                .build(),
+        )
+        .send()
+        .await?
+        .security_groups()
+        .first()
+        .and_then(|g| g.group_id())
+        .unwrap_or_default()
+        .to_string();
+    Ok((name, group))
+}
+
 /// The CCM's last 40 log lines, newest first.
 fn ccm_tail(env: &Env) -> String {
     let log = env._ccm.log();
@@ -1380,29 +1411,8 @@ async fn a_type_switch_that_fails_keeps_the_old_load_balancer_serving() -> Resul
 #[tokio::test]
 async fn a_users_group_referencing_a_cluster_lb_group_is_never_modified() -> Result<()> {
     let env = env(2).await?;
-    env.services
-        .create(
-            &PostParams::default(),
-            &load_balancer_service("refd", &[], &[(80, "http")]),
-        )
-        .await?;
-    let s = ingress(&env.services, "refd").await?;
-    let name = default_load_balancer_name(&s);
+    let (_, lb_group) = classic_with_group(&env, "refd").await?;
     let ec2 = env.moto.ec2();
-    let lb_group = ec2
-        .describe_security_groups()
-        .filters(
-            Filter::builder()
-                .name("group-name")
-                .values(format!("k8s-elb-{name}"))
-                .build(),
-        )
-        .send()
-        .await?
-        .security_groups()[0]
-        .group_id()
-        .unwrap_or_default()
-        .to_string();
     let user = user_group(&env, "user-db").await?;
     ec2.authorize_security_group_ingress()
         .group_id(&user)
@@ -1685,29 +1695,8 @@ async fn an_ambiguous_subnet_name_is_an_error_naming_the_subnets() -> Result<()>
 #[tokio::test]
 async fn a_shared_tag_is_never_rewritten_and_a_shared_group_never_deleted() -> Result<()> {
     let env = env(1).await?;
-    env.services
-        .create(
-            &PostParams::default(),
-            &load_balancer_service("sharing", &[], &[(80, "http")]),
-        )
-        .await?;
-    let s = ingress(&env.services, "sharing").await?;
-    let name = default_load_balancer_name(&s);
+    let (_, group) = classic_with_group(&env, "sharing").await?;
     let ec2 = env.moto.ec2();
-    let group = ec2
-        .describe_security_groups()
-        .filters(
-            Filter::builder()
-                .name("group-name")
-                .values(format!("k8s-elb-{name}"))
-                .build(),
-        )
-        .send()
-        .await?
-        .security_groups()[0]
-        .group_id()
-        .unwrap_or_default()
-        .to_string();
     ec2.create_tags()
         .resources(&group)
         .tags(

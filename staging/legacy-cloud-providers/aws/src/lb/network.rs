@@ -118,47 +118,38 @@ impl AwsCloud {
         }
         let vpc = self.vpc_id().await?;
         let vpc_filter = Filter::builder().name("vpc-id").values(&vpc).build();
-        let mut subnets = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let page = self
-                .api
-                .call(
-                    "describe_subnets",
-                    self.ec2
-                        .describe_subnets()
-                        .filters(vpc_filter.clone())
-                        .set_next_token(token.take())
-                        .send(),
-                )
-                .await
-                .map_err(|e| cloud_error(format!("listing the subnets of {vpc}"), e))?;
-            subnets.extend(page.subnets().iter().map(VpcSubnet::from_sdk));
-            token = page.next_token().filter(|t| !t.is_empty()).map(str::to_string);
-            if token.is_none() {
-                break;
-            }
-        }
-        let mut route_tables = Vec::new();
-        loop {
-            let page = self
-                .api
-                .call(
-                    "describe_route_tables",
-                    self.ec2
-                        .describe_route_tables()
-                        .filters(vpc_filter.clone())
-                        .set_next_token(token.take())
-                        .send(),
-                )
-                .await
-                .map_err(|e| cloud_error(format!("listing the route tables of {vpc}"), e))?;
-            route_tables.extend(page.route_tables().iter().cloned());
-            token = page.next_token().filter(|t| !t.is_empty()).map(str::to_string);
-            if token.is_none() {
-                break;
-            }
-        }
+        // Every page, through the SDK's paginators (each page is an attempt the back-off counts).
+        let subnets: Vec<VpcSubnet> = self
+            .api
+            .call(
+                "describe_subnets",
+                self.ec2
+                    .describe_subnets()
+                    .filters(vpc_filter.clone())
+                    .into_paginator()
+                    .items()
+                    .send()
+                    .try_collect(),
+            )
+            .await
+            .map_err(|e| cloud_error(format!("listing the subnets of {vpc}"), e))?
+            .iter()
+            .map(VpcSubnet::from_sdk)
+            .collect();
+        let route_tables = self
+            .api
+            .call(
+                "describe_route_tables",
+                self.ec2
+                    .describe_route_tables()
+                    .filters(vpc_filter)
+                    .into_paginator()
+                    .items()
+                    .send()
+                    .try_collect(),
+            )
+            .await
+            .map_err(|e| cloud_error(format!("listing the route tables of {vpc}"), e))?;
         let net = Arc::new(VpcNetwork {
             vpc_id: vpc,
             subnets,
@@ -661,32 +652,24 @@ impl AwsCloud {
     /// The groups with an ingress rule naming `group` as its source (EC2 filter
     /// `ip-permission.group-id`, paginated; no listing of the whole VPC).
     pub(crate) async fn groups_referencing(&self, group: &str) -> CloudResult<Vec<SecurityGroup>> {
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let page = self
-                .api
-                .call(
-                    "describe_security_groups",
-                    self.ec2
-                        .describe_security_groups()
-                        .filters(
-                            Filter::builder()
-                                .name("ip-permission.group-id")
-                                .values(group)
-                                .build(),
-                        )
-                        .set_next_token(token.take())
-                        .send(),
-                )
-                .await
-                .map_err(|e| cloud_error(format!("finding the groups that reference {group}"), e))?;
-            out.extend(page.security_groups().iter().cloned());
-            token = page.next_token().filter(|t| !t.is_empty()).map(str::to_string);
-            if token.is_none() {
-                return Ok(out);
-            }
-        }
+        self.api
+            .call(
+                "describe_security_groups",
+                self.ec2
+                    .describe_security_groups()
+                    .filters(
+                        Filter::builder()
+                            .name("ip-permission.group-id")
+                            .values(group)
+                            .build(),
+                    )
+                    .into_paginator()
+                    .items()
+                    .send()
+                    .try_collect(),
+            )
+            .await
+            .map_err(|e| cloud_error(format!("finding the groups that reference {group}"), e))
     }
 
     /// Revokes the rules naming `group` as source from the **cluster-tagged** groups (as
@@ -710,27 +693,19 @@ impl AwsCloud {
     /// Every security group of the VPC (paginated).
     pub(crate) async fn vpc_security_groups(&self) -> CloudResult<Vec<SecurityGroup>> {
         let vpc = self.vpc_id().await?;
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let page = self
-                .api
-                .call(
-                    "describe_security_groups",
-                    self.ec2
-                        .describe_security_groups()
-                        .filters(Filter::builder().name("vpc-id").values(&vpc).build())
-                        .set_next_token(token.take())
-                        .send(),
-                )
-                .await
-                .map_err(|e| cloud_error("listing security groups", e))?;
-            out.extend(page.security_groups().iter().cloned());
-            token = page.next_token().filter(|t| !t.is_empty()).map(str::to_string);
-            if token.is_none() {
-                return Ok(out);
-            }
-        }
+        self.api
+            .call(
+                "describe_security_groups",
+                self.ec2
+                    .describe_security_groups()
+                    .filters(Filter::builder().name("vpc-id").values(&vpc).build())
+                    .into_paginator()
+                    .items()
+                    .send()
+                    .try_collect(),
+            )
+            .await
+            .map_err(|e| cloud_error("listing security groups", e))
     }
 
     /// The node security group of each instance (AWS-51): the one tagged for the cluster, else

@@ -947,42 +947,36 @@ impl AwsCloud {
             format!("kubernetes.io/cluster/{}", self.cluster_id),
             "KubernetesCluster".into(),
         ] {
-            let mut token: Option<String> = None;
-            loop {
-                let page = self
-                    .api
-                    .call(
-                        "describe_security_groups",
-                        self.ec2
-                            .describe_security_groups()
-                            .filters(
-                                aws_sdk_ec2::types::Filter::builder()
-                                    .name("vpc-id")
-                                    .values(&vpc)
-                                    .build(),
-                            )
-                            .filters(
-                                aws_sdk_ec2::types::Filter::builder()
-                                    .name("tag-key")
-                                    .values(&key)
-                                    .build(),
-                            )
-                            .set_next_token(token.take())
-                            .send(),
-                    )
-                    .await
-                    .map_err(|e| cloud_error("listing the cluster's security groups", e))?;
-                out.extend(
-                    page.security_groups()
-                        .iter()
-                        .filter(|g| self.tagged_for_cluster(&super::network::tags_of(g)))
-                        .cloned(),
-                );
-                token = page.next_token().filter(|t| !t.is_empty()).map(str::to_string);
-                if token.is_none() {
-                    break;
-                }
-            }
+            let groups = self
+                .api
+                .call(
+                    "describe_security_groups",
+                    self.ec2
+                        .describe_security_groups()
+                        .filters(
+                            aws_sdk_ec2::types::Filter::builder()
+                                .name("vpc-id")
+                                .values(&vpc)
+                                .build(),
+                        )
+                        .filters(
+                            aws_sdk_ec2::types::Filter::builder()
+                                .name("tag-key")
+                                .values(&key)
+                                .build(),
+                        )
+                        .into_paginator()
+                        .items()
+                        .send()
+                        .try_collect(),
+                )
+                .await
+                .map_err(|e| cloud_error("listing the cluster's security groups", e))?;
+            out.extend(
+                groups
+                    .into_iter()
+                    .filter(|g| self.tagged_for_cluster(&super::network::tags_of(g))),
+            );
             if !self.config.legacy_tags() {
                 break;
             }
