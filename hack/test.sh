@@ -47,6 +47,14 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked --quiet \
   -p k8s-cloud-provider -p k8s-controller-manager -p k8s-legacy-cloud-provider-aws \
   -p k8s-legacy-cloud-provider-vsphere -p vsphere-api
 
+phase "build the binaries the tests run"
+# Tests start these with `cargo build --bin <name>` (paths::workspace_binary); built here, one by
+# one exactly so, that is a no-op inside the tests instead of a build under the tests' load
+# (which made tests time out waiting for it).
+for bin in cloud-controller-manager-aws cloud-controller-manager-vsphere fake-cloud-controller-manager; do
+  cargo build --locked --quiet --bin "$bin"
+done
+
 phase "cargo nextest run --workspace"
 cargo nextest run --workspace --locked --profile ci "${NEXTEST_ARGS[@]}"
 

@@ -80,6 +80,18 @@ impl Default for CrossRequestRetryDelay {
 impl CrossRequestRetryDelay {
     /// Counts a request and returns how long to wait before sending it.
     pub fn delay_for_request(&self, now: Instant) -> Duration {
+        self.record_attempt();
+        self.current_delay(now)
+    }
+
+    /// Counts a throttling error.
+    pub fn record_throttling(&self) {
+        self.state.lock().throttled += 1.0;
+    }
+
+    /// How long to wait before a call, without counting it (the [`AttemptCounter`] counts
+    /// each attempt): 60 s × the share of throttled requests, when that share is ≥ 10 %.
+    pub fn current_delay(&self, now: Instant) -> Duration {
         let mut s = self.state.lock();
         let elapsed = now.saturating_duration_since(s.last_decay);
         if elapsed > DECAY_INTERVAL {
@@ -89,7 +101,6 @@ impl CrossRequestRetryDelay {
             s.throttled *= m;
             s.last_decay = now;
         }
-        s.requests += 1.0;
         let mut share = if s.requests > 0.5 {
             s.throttled / s.requests
         } else {
@@ -99,19 +110,6 @@ impl CrossRequestRetryDelay {
             share = 0.0;
         }
         Duration::from_secs((MAX_DELAY.as_secs_f64() * share).floor() as u64)
-    }
-
-    /// Counts a throttling error.
-    pub fn record_throttling(&self) {
-        self.state.lock().throttled += 1.0;
-    }
-
-    /// How long to wait before a call, without counting it (the [`AttemptCounter`] counts
-    /// each attempt).
-    pub fn current_delay(&self, now: Instant) -> Duration {
-        let d = self.delay_for_request(now);
-        self.state.lock().requests -= 1.0;
-        d
     }
 
     /// Counts one attempt (a request on the wire).
