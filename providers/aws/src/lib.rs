@@ -12,6 +12,10 @@ pub const PROVIDER_NAME: &str = legacy::PROVIDER_NAME;
 /// controllers is upstream cloud-provider-aws's: the cloud-node, cloud-node-lifecycle, service
 /// and node-route controllers (the route controller starts only with `--cluster-cidr` and
 /// `--configure-cloud-routes`, which defaults to true — most AWS clusters set it to false).
+/// Unlike upstream, a CCM started without `--cluster-cidr` skips the route controller with a
+/// warning instead of refusing to start, unless `--controllers` names it.
 pub fn provider_spec() -> k8s_cloud_provider::app::ProviderSpec {
-    k8s_cloud_provider::app::ProviderSpec::new(PROVIDER_NAME, legacy::factory())
+    let mut spec = k8s_cloud_provider::app::ProviderSpec::new(PROVIDER_NAME, legacy::factory());
+    spec.skip_default_route_controller_without_cluster_cidr = true;
+    spec
 }

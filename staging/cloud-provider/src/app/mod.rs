@@ -67,8 +67,12 @@ pub struct ProviderSpec {
     pub name: String,
     /// Builds the provider from the cloud-config file.
     pub factory: Factory,
-    /// Canonical controller names off by default (e.g. cloud-provider-aws keeps routes off).
+    /// Canonical controller names off by default.
     pub disabled_by_default: Vec<String>,
+    /// When the route controller is on only by default (`*`) and `--cluster-cidr` is not set,
+    /// skip it with a warning instead of refusing to start (upstream refuses; cloud-provider-aws
+    /// keeps the route controller in its default set although most AWS clusters need no routes).
+    pub skip_default_route_controller_without_cluster_cidr: bool,
     /// Stop (gracefully, then exit 1 so that the pod restarts) when the `--cloud-config` file
     /// changes, as cloud-provider-vsphere does: the provider reads its file once.
     pub restart_on_config_change: bool,
@@ -89,6 +93,7 @@ impl ProviderSpec {
             name: name.into(),
             factory,
             disabled_by_default: Vec::new(),
+            skip_default_route_controller_without_cluster_cidr: false,
             restart_on_config_change: false,
         }
     }
@@ -449,13 +454,14 @@ async fn build_cloud(
         }
     }
     let route_enabled = registry.is_enabled(controllers::route::NAME, &validated.controllers);
-    // Upstream fails to start whenever the route controller is on without --cluster-cidr; here
-    // only when it is named in --controllers. On by default only ("*"), it is not started and
-    // a warning says why (see `start_set`).
-    let route_named = validated
-        .controllers
-        .iter()
-        .any(|c| c == controllers::route::NAME);
+    // Upstream fails to start whenever the route controller is on without --cluster-cidr. A
+    // provider may ask to skip it instead when it is on by default only ("*"): then it is not
+    // started and a warning says why (see `start_set`).
+    let route_named = !spec.skip_default_route_controller_without_cluster_cidr
+        || validated
+            .controllers
+            .iter()
+            .any(|c| c == controllers::route::NAME);
     if opts.generic.configure_cloud_routes
         && route_enabled
         && cloud.routes().is_some()

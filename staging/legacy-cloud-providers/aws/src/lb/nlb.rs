@@ -1154,6 +1154,8 @@ impl AwsCloud {
             .security_group_by_name(&Self::managed_group_name(cluster_name, svc))
             .await?;
         let mut gone = Vec::new();
+        // Node rules first: once the NLB is gone, nothing of it is left on the nodes' groups.
+        self.release_nlb_rules(name).await?;
         if let Some(lb) = &lb {
             // A bring-your-own group (managed mode) through which the nodes admitted this NLB:
             // only the node rules go. The managed group is handled below.
@@ -1229,7 +1231,6 @@ impl AwsCloud {
         } else {
             tracing::warn!(service = %key, "unused target groups of the Service could not be deleted yet");
         }
-        self.release_nlb_rules(name).await?;
         if let Some(g) = managed
             && !keep.contains(g.group_id().unwrap_or_default())
         {
