@@ -283,6 +283,18 @@ async fn classic_with_group(env: &Env, svc: &str) -> Result<(String, String)> {
     Ok((name, group))
 }
 
+/// EC2 tags for a resource of `kind` made by a test.
+fn tag_spec(
+    kind: aws_sdk_ec2::types::ResourceType,
+    tags: &[(&str, &str)],
+) -> aws_sdk_ec2::types::TagSpecification {
+    let mut b = aws_sdk_ec2::types::TagSpecification::builder().resource_type(kind);
+    for (k, v) in tags {
+        b = b.tags(aws_sdk_ec2::types::Tag::builder().key(*k).value(*v).build());
+    }
+    b.build()
+}
+
 /// The CCM's last 40 log lines, newest first.
 fn ccm_tail(env: &Env) -> String {
     let log = env._ccm.log();
@@ -1152,17 +1164,10 @@ async fn without_a_vpc_in_the_config_the_vpc_comes_from_imds_and_lbs_are_made_an
         .ec2()
         .create_route_table()
         .vpc_id(&env.world.vpc_id)
-        .tag_specifications(
-            aws_sdk_ec2::types::TagSpecification::builder()
-                .resource_type(aws_sdk_ec2::types::ResourceType::RouteTable)
-                .tags(
-                    aws_sdk_ec2::types::Tag::builder()
-                        .key("kubernetes.io/cluster/e2e")
-                        .value("owned")
-                        .build(),
-                )
-                .build(),
-        )
+        .tag_specifications(tag_spec(
+            aws_sdk_ec2::types::ResourceType::RouteTable,
+            &[("kubernetes.io/cluster/e2e", "owned")],
+        ))
         .send()
         .await?
         .route_table()
@@ -1629,17 +1634,10 @@ async fn an_ambiguous_subnet_name_is_an_error_naming_the_subnets() -> Result<()>
         .vpc_id(&env.world.vpc_id)
         .availability_zone(&zone)
         .cidr_block("10.0.32.0/20")
-        .tag_specifications(
-            aws_sdk_ec2::types::TagSpecification::builder()
-                .resource_type(aws_sdk_ec2::types::ResourceType::Subnet)
-                .tags(
-                    aws_sdk_ec2::types::Tag::builder()
-                        .key("Name")
-                        .value("shared-name")
-                        .build(),
-                )
-                .build(),
-        )
+        .tag_specifications(tag_spec(
+            aws_sdk_ec2::types::ResourceType::Subnet,
+            &[("Name", "shared-name")],
+        ))
         .send()
         .await?
         .subnet()
@@ -1781,23 +1779,13 @@ async fn a_classic_elb_subnet_replaced_in_its_zone_is_detached_before_the_new_on
         .vpc_id(&env.world.vpc_id)
         .availability_zone(&zone)
         .cidr_block("10.0.48.0/20")
-        .tag_specifications(
-            aws_sdk_ec2::types::TagSpecification::builder()
-                .resource_type(aws_sdk_ec2::types::ResourceType::Subnet)
-                .tags(
-                    aws_sdk_ec2::types::Tag::builder()
-                        .key("kubernetes.io/cluster/e2e")
-                        .value("shared")
-                        .build(),
-                )
-                .tags(
-                    aws_sdk_ec2::types::Tag::builder()
-                        .key("kubernetes.io/role/elb")
-                        .value("1")
-                        .build(),
-                )
-                .build(),
-        )
+        .tag_specifications(tag_spec(
+            aws_sdk_ec2::types::ResourceType::Subnet,
+            &[
+                ("kubernetes.io/cluster/e2e", "shared"),
+                ("kubernetes.io/role/elb", "1"),
+            ],
+        ))
         .send()
         .await?
         .subnet()

@@ -812,16 +812,11 @@ impl AwsCloud {
         for g in node_groups.values() {
             self.allow_group(g, lb_group).await?;
         }
-        for g in self.vpc_security_groups().await? {
-            let id = g.group_id().unwrap_or_default();
-            let tags = g
-                .tags()
-                .iter()
-                .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
-                .collect();
-            if !node_groups.contains_key(id)
-                && self.tagged_for_cluster(&tags)
-                && Self::allows_group(&g, lb_group)
+        // Cluster groups that admit the load balancer but host no target any more (only the
+        // groups referencing it are asked for, not the whole VPC).
+        for g in self.groups_referencing(lb_group).await? {
+            if !node_groups.contains_key(g.group_id().unwrap_or_default())
+                && self.tagged_for_cluster(&super::network::tags_of(&g))
             {
                 self.disallow_group(&g, lb_group).await?;
             }

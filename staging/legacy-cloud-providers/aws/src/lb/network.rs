@@ -652,24 +652,36 @@ impl AwsCloud {
     /// The groups with an ingress rule naming `group` as its source (EC2 filter
     /// `ip-permission.group-id`, paginated; no listing of the whole VPC).
     pub(crate) async fn groups_referencing(&self, group: &str) -> CloudResult<Vec<SecurityGroup>> {
+        self.describe_groups(&[("ip-permission.group-id", group)], || {
+            format!("finding the groups that reference {group}")
+        })
+        .await
+    }
+
+    /// The security groups matching every `(filter name, value)` (all pages; `context` names
+    /// the step in errors).
+    async fn describe_groups(
+        &self,
+        filters: &[(&str, &str)],
+        context: impl FnOnce() -> String,
+    ) -> CloudResult<Vec<SecurityGroup>> {
+        let filters = filters
+            .iter()
+            .map(|(name, value)| Filter::builder().name(*name).values(*value).build())
+            .collect();
         self.api
             .call(
                 "describe_security_groups",
                 self.ec2
                     .describe_security_groups()
-                    .filters(
-                        Filter::builder()
-                            .name("ip-permission.group-id")
-                            .values(group)
-                            .build(),
-                    )
+                    .set_filters(Some(filters))
                     .into_paginator()
                     .items()
                     .send()
                     .try_collect(),
             )
             .await
-            .map_err(|e| cloud_error(format!("finding the groups that reference {group}"), e))
+            .map_err(|e| cloud_error(context(), e))
     }
 
     /// Revokes the rules naming `group` as source from the **cluster-tagged** groups (as
@@ -693,19 +705,34 @@ impl AwsCloud {
     /// Every security group of the VPC (paginated).
     pub(crate) async fn vpc_security_groups(&self) -> CloudResult<Vec<SecurityGroup>> {
         let vpc = self.vpc_id().await?;
-        self.api
-            .call(
-                "describe_security_groups",
-                self.ec2
-                    .describe_security_groups()
-                    .filters(Filter::builder().name("vpc-id").values(&vpc).build())
-                    .into_paginator()
-                    .items()
-                    .send()
-                    .try_collect(),
-            )
+        self.describe_groups(&[("vpc-id", &vpc)], || "listing security groups".into())
             .await
-            .map_err(|e| cloud_error("listing security groups", e))
+    }
+
+    /// The security groups of the VPC tagged for this cluster (upstream's
+    /// `getTaggedSecurityGroups`; EC2 filters by tag key).
+    pub(crate) async fn cluster_security_groups(&self) -> CloudResult<Vec<SecurityGroup>> {
+        let vpc = self.vpc_id().await?;
+        let mut keys = vec![self.cluster_tag_key()];
+        if self.config.legacy_tags() {
+            keys.push("KubernetesCluster".into());
+        }
+        let mut out = Vec::new();
+        for key in keys {
+            let groups = self
+                .describe_groups(&[("vpc-id", &vpc), ("tag-key", &key)], || {
+                    "listing the cluster's security groups".into()
+                })
+                .await?;
+            out.extend(
+                groups
+                    .into_iter()
+                    .filter(|g| self.tagged_for_cluster(&tags_of(g))),
+            );
+        }
+        out.sort_by(|a, b| a.group_id().cmp(&b.group_id()));
+        out.dedup_by(|a, b| a.group_id() == b.group_id());
+        Ok(out)
     }
 
     /// The node security group of each instance (AWS-51): the one tagged for the cluster, else

@@ -462,11 +462,7 @@ impl AwsCloud {
             .set_tags(Some(tags(resource_tags)));
         if want.protocol == "TLS" {
             req = req
-                .certificates(
-                    Certificate::builder()
-                        .set_certificate_arn(want.certificate.clone())
-                        .build(),
-                )
+                .certificates(want.certificate())
                 .set_ssl_policy(want.ssl_policy.clone());
         }
         self.api
@@ -495,11 +491,7 @@ impl AwsCloud {
         }
         if want.protocol == "TLS" {
             req = req
-                .certificates(
-                    Certificate::builder()
-                        .set_certificate_arn(want.certificate.clone())
-                        .build(),
-                )
+                .certificates(want.certificate())
                 .set_ssl_policy(want.ssl_policy.clone());
         }
         self.api
@@ -938,54 +930,6 @@ impl AwsCloud {
         Ok(())
     }
 
-    /// The security groups of the VPC tagged for this cluster (upstream's
-    /// `getTaggedSecurityGroups`; EC2 filters by tag key, one request per page).
-    async fn cluster_security_groups(&self) -> CloudResult<Vec<SecurityGroup>> {
-        let vpc = self.vpc_id().await?;
-        let mut out = Vec::new();
-        for key in [
-            format!("kubernetes.io/cluster/{}", self.cluster_id),
-            "KubernetesCluster".into(),
-        ] {
-            let groups = self
-                .api
-                .call(
-                    "describe_security_groups",
-                    self.ec2
-                        .describe_security_groups()
-                        .filters(
-                            aws_sdk_ec2::types::Filter::builder()
-                                .name("vpc-id")
-                                .values(&vpc)
-                                .build(),
-                        )
-                        .filters(
-                            aws_sdk_ec2::types::Filter::builder()
-                                .name("tag-key")
-                                .values(&key)
-                                .build(),
-                        )
-                        .into_paginator()
-                        .items()
-                        .send()
-                        .try_collect(),
-                )
-                .await
-                .map_err(|e| cloud_error("listing the cluster's security groups", e))?;
-            out.extend(
-                groups
-                    .into_iter()
-                    .filter(|g| self.tagged_for_cluster(&super::network::tags_of(g))),
-            );
-            if !self.config.legacy_tags() {
-                break;
-            }
-        }
-        out.sort_by(|a, b| a.group_id().cmp(&b.group_id()));
-        out.dedup_by(|a, b| a.group_id() == b.group_id());
-        Ok(out)
-    }
-
     /// Removes the client and health-check rules of the NLB `name` from every group of the VPC
     /// that has them (and the path-MTU rules no client rule needs any more).
     pub(crate) async fn release_nlb_rules(&self, name: &str) -> CloudResult<()> {
@@ -1253,6 +1197,13 @@ struct WantedListener {
 }
 
 impl WantedListener {
+    /// The listener's certificate (TLS listeners).
+    fn certificate(&self) -> Certificate {
+        Certificate::builder()
+            .set_certificate_arn(self.certificate.clone())
+            .build()
+    }
+
     /// Whether `l` must be modified: another protocol or target group; for TLS another
     /// certificate or (when the Service names one) SSL policy; for TCP/UDP a certificate left
     /// over. (Upstream also compares the SSL policy when none is asked for, and so rewrites
