@@ -74,6 +74,28 @@ pub async fn events_for(
         .collect())
 }
 
+/// Waits until an Event about `name` satisfies `matches(reason, message)` and returns all of
+/// its events. Events are written by a background task, so a test never reads them once and
+/// asserts: the action that queued one can be visible before the Event is stored.
+pub async fn wait_for_event(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    timeout: Duration,
+    matches: impl Fn(&str, &str) -> bool,
+) -> Result<Vec<(String, String, String)>> {
+    let found = wait_for(&format!("an event about {namespace}/{name}"), timeout, || async {
+        let events = events_for(client, namespace, name).await.ok()?;
+        events.iter().any(|e| matches(&e.0, &e.1)).then_some(events)
+    })
+    .await;
+    if found.is_err() {
+        let seen = events_for(client, namespace, name).await.unwrap_or_default();
+        bail!("no matching event about {namespace}/{name}; events seen: {seen:?}");
+    }
+    found
+}
+
 /// Cloud controllers running inside the test process, stopped on drop.
 pub struct InProcessControllers {
     /// Their context (informers, metrics, config).

@@ -21,7 +21,7 @@ use rcp_e2e::{
     imds::{ImdsStub, SelfInstance},
     k8s::{
         events_for, ingress_hostname, load_balancer_service, register_tainted_nodes, tainted_node, wait_for,
-        wait_for_ingress,
+        wait_for_event, wait_for_ingress,
     },
     moto::World,
 };
@@ -547,12 +547,11 @@ async fn classic_elb_with_annotations_follows_nodes_and_leaves_nothing_behind() 
         "nodes accept traffic from the ELB's group"
     );
 
-    let events = events_for(&env.cluster.client().await?, "default", "web").await?;
-    assert!(
-        events.iter().any(|e| e.0 == "EnsuringLoadBalancer")
-            && events.iter().any(|e| e.0 == "EnsuredLoadBalancer"),
-        "{events:?}"
-    );
+    let events = wait_for_event(&env.cluster.client().await?, "default", "web", T, |reason, _| {
+        reason == "EnsuredLoadBalancer"
+    })
+    .await?;
+    assert!(events.iter().any(|e| e.0 == "EnsuringLoadBalancer"), "{events:?}");
 
     // A node joins, then one leaves: the instances follow.
     let more = env.moto.run_instances(&env.world, 1).await?;

@@ -23,7 +23,10 @@ use kube::{
 };
 use rcp_e2e::{
     TestCluster,
-    k8s::{events_for, ingress_hostname, initialised, set_ready, start_controllers, tainted_node, wait_for},
+    k8s::{
+        events_for, ingress_hostname, initialised, set_ready, start_controllers, tainted_node, wait_for,
+        wait_for_event,
+    },
 };
 
 const T: Duration = Duration::from_secs(30);
@@ -512,13 +515,10 @@ async fn type_changes_create_and_delete_the_load_balancer() -> Result<()> {
     .await?;
     assert!(cloud.load_balancers().is_empty(), "LB deleted");
     assert_eq!(s.spec.unwrap().type_.as_deref(), Some("ClusterIP"));
-    let events = events_for(&client, "default", "flip").await?;
-    assert!(
-        events
-            .iter()
-            .any(|e| e.0 == "DeletedLoadBalancer" && e.1 == "Deleted load balancer"),
-        "{events:?}"
-    );
+    wait_for_event(&client, "default", "flip", T, |reason, message| {
+        reason == "DeletedLoadBalancer" && message == "Deleted load balancer"
+    })
+    .await?;
     Ok(())
 }
 
@@ -544,20 +544,15 @@ async fn failing_load_balancer_gets_a_warning_and_retries() -> Result<()> {
         (cloud.calls_starting_with("EnsureLoadBalancer default/busy").len() >= 3).then_some(())
     })
     .await?;
-    let events = events_for(&client, "default", "busy").await?;
-    assert!(
-        events.iter().any(|e| e.0 == "SyncLoadBalancerFailed"
-            && e.1
-                .starts_with("Error syncing load balancer: failed to ensure load balancer: fake retry")),
-        "{events:?}"
-    );
-    assert!(
-        events
-            .iter()
-            .any(|e| e.0 == "UnAvailableLoadBalancer"
-                && e.1 == "There are no available nodes for LoadBalancer"),
-        "{events:?}"
-    );
+    wait_for_event(&client, "default", "busy", T, |reason, message| {
+        reason == "SyncLoadBalancerFailed"
+            && message.starts_with("Error syncing load balancer: failed to ensure load balancer: fake retry")
+    })
+    .await?;
+    wait_for_event(&client, "default", "busy", T, |reason, message| {
+        reason == "UnAvailableLoadBalancer" && message == "There are no available nodes for LoadBalancer"
+    })
+    .await?;
     // The finalizer was added before the cloud was called.
     let s = services.get("busy").await?;
     assert!(

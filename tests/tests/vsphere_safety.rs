@@ -19,7 +19,7 @@ use rcp_e2e::{
     TestCluster, Vcsim,
     ccm::CcmProcess,
     fault_proxy::{Action, FaultProxy, Rule},
-    k8s::{events_for, initialised, set_ready, set_system_uuid, tainted_node, wait_for},
+    k8s::{initialised, set_ready, set_system_uuid, tainted_node, wait_for, wait_for_event},
     vcsim::{VcsimModel, small_model, vm_name},
 };
 
@@ -93,11 +93,18 @@ async fn wait_metric_growth(ccm: &CcmProcess, name: &str, by: f64) -> Result<f64
     })
 }
 
+/// Whether an `InstanceExistenceUnknown` Warning about `node` mentioning `needle` appears
+/// (events are written in the background, so this waits for it).
 async fn warning_mentions(cluster: &TestCluster, node: &str, needle: &str) -> Result<bool> {
-    let events = events_for(&cluster.client().await?, "default", node).await?;
-    Ok(events
-        .iter()
-        .any(|(reason, message, _)| reason == "InstanceExistenceUnknown" && message.contains(needle)))
+    let client = cluster.client().await?;
+    let found = wait_for_event(&client, "default", node, T, |reason, message| {
+        reason == "InstanceExistenceUnknown" && message.contains(needle)
+    })
+    .await;
+    if let Err(e) = &found {
+        eprintln!("{e}");
+    }
+    Ok(found.is_ok())
 }
 
 #[tokio::test]
