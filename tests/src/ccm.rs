@@ -16,6 +16,7 @@ pub struct CcmProcess {
     process: ManagedProcess,
     port: u16,
     http: reqwest::Client,
+    bearer: Option<String>,
     name: String,
 }
 
@@ -31,6 +32,11 @@ impl std::fmt::Debug for CcmProcess {
 impl CcmProcess {
     /// Starts `binary` (a workspace binary name) with `--kubeconfig`, a free `--secure-port` on
     /// 127.0.0.1, and `args`. Its log goes to `dir/<name>.log`.
+    ///
+    /// The secure port's delegated authentication and authorization use the same kubeconfig
+    /// (`--authentication-kubeconfig`, `--authorization-kubeconfig`) unless `args` name them,
+    /// and [`CcmProcess::get`] sends the cluster's admin token (read from `dir/tokens.csv`, the
+    /// [`crate::TestCluster`]'s directory) so that `/metrics` answers.
     pub fn start(binary: &str, name: &str, kubeconfig: &Path, dir: &Path, args: &[String]) -> Result<Self> {
         Self::start_with_env(binary, name, kubeconfig, dir, args, &[])
     }
@@ -52,7 +58,15 @@ impl CcmProcess {
             "--bind-address=127.0.0.1".to_string(),
             format!("--secure-port={port}"),
         ];
+        for flag in ["--authentication-kubeconfig", "--authorization-kubeconfig"] {
+            if !args.iter().any(|a| a.starts_with(flag)) {
+                all.push(format!("{flag}={}", kubeconfig.display()));
+            }
+        }
         all.extend(args.iter().cloned());
+        let bearer = std::fs::read_to_string(dir.join("tokens.csv"))
+            .ok()
+            .and_then(|t| t.split(',').next().map(str::to_string));
         let process = ManagedProcess::spawn(
             name,
             &bin,
@@ -74,6 +88,7 @@ impl CcmProcess {
             process,
             port,
             http,
+            bearer,
             name: name.to_string(),
         })
     }
@@ -109,11 +124,18 @@ impl CcmProcess {
         self.port
     }
 
-    /// GET `https://127.0.0.1:<port><path>`: `(status, body)`.
+    /// GET `https://127.0.0.1:<port><path>` as the cluster admin: `(status, body)`.
     pub async fn get(&self, path: &str) -> Result<(u16, String)> {
-        let r = self
-            .http
-            .get(format!("https://127.0.0.1:{}{path}", self.port))
+        self.get_with(path, self.bearer.as_deref()).await
+    }
+
+    /// GET `https://127.0.0.1:<port><path>` with `bearer` as the token (none: anonymous).
+    pub async fn get_with(&self, path: &str, bearer: Option<&str>) -> Result<(u16, String)> {
+        let mut request = self.http.get(format!("https://127.0.0.1:{}{path}", self.port));
+        if let Some(token) = bearer {
+            request = request.bearer_auth(token);
+        }
+        let r = request
             .send()
             .await
             .with_context(|| format!("GET {path} on {}", self.name))?;

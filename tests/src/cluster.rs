@@ -272,6 +272,48 @@ impl TestCluster {
         Ok(path)
     }
 
+    /// Applies a deployment kustomization, `deploy/<kustomization>` (e.g. `aws/base`; `common`
+    /// for a provider without one, such as the fake), rendered by kubectl's kustomize
+    /// (ServiceAccount, least-privilege RBAC, DaemonSet), and returns a kubeconfig
+    /// acting as its ServiceAccount `kube-system/cloud-controller-manager`. A CCM started with
+    /// it has exactly the rights the shipped manifests grant, so a missing rule fails the test
+    /// that needs it. (No kubelet runs here: the DaemonSet never starts a pod.)
+    /// Applied once per cluster; later calls return the same file.
+    pub fn ccm_kubeconfig(&self, kustomization: &str) -> Result<PathBuf> {
+        let path = self
+            .dir
+            .path()
+            .join(format!("ccm-{}.kubeconfig", kustomization.replace('/', "-")));
+        if path.exists() {
+            return Ok(path);
+        }
+        let base = paths::workspace_root().join("deploy").join(kustomization);
+        let rendered = self
+            .kubectl(&["kustomize", &base.display().to_string()])
+            .with_context(|| format!("rendering {}", base.display()))?;
+        self.kubectl_stdin(&["apply", "-f", "-"], &rendered)
+            .with_context(|| format!("applying {}", base.display()))?;
+        // TokenRequest through kubectl's raw mode (works with any kubectl version).
+        let request = r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"audiences":["https://kubernetes.default.svc"],"expirationSeconds":86400}}"#;
+        let answer = self.kubectl_stdin(
+            &[
+                "create",
+                "--raw",
+                "/api/v1/namespaces/kube-system/serviceaccounts/cloud-controller-manager/token",
+                "-f",
+                "-",
+            ],
+            request,
+        )?;
+        let answer: serde_json::Value = serde_json::from_str(&answer).context("TokenRequest answer")?;
+        let token = answer["status"]["token"]
+            .as_str()
+            .context("TokenRequest answered without a token")?;
+        let user = "system:serviceaccount:kube-system:cloud-controller-manager";
+        std::fs::write(&path, kubeconfig_yaml(&self.server, user, token, None))?;
+        Ok(path)
+    }
+
     /// Runs the machine's kubectl against this cluster as admin and returns its stdout.
     pub fn kubectl(&self, args: &[&str]) -> Result<String> {
         kubectl(&self.kubeconfig, args, None)

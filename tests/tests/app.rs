@@ -61,7 +61,8 @@ fn args(config: &std::path::Path, extra: &[&str]) -> Vec<String> {
 async fn exactly_one_leader_runs_controllers_and_fails_over_on_kill_and_sigterm() -> Result<()> {
     let cluster = TestCluster::start().await?;
     let config = fake_config(&cluster, &[])?;
-    let kc = cluster.kubeconfig_path().to_path_buf();
+    // As the deployed ServiceAccount: leader election must work with the shipped RBAC.
+    let kc = cluster.ccm_kubeconfig("common")?;
     let a = CcmProcess::start(FAKE, "ccm-a", &kc, cluster.dir(), &args(&config, &[]))?;
     wait_for("a leads", Duration::from_secs(30), || async {
         a.is_leader(LEASE).await.then_some(())

@@ -54,7 +54,7 @@ fn start_ccm(env: &Env, name: &str, extra: &[&str]) -> Result<CcmProcess> {
     CcmProcess::start_with_env(
         BIN,
         name,
-        env.cluster.kubeconfig_path(),
+        &env.cluster.ccm_kubeconfig("aws/base")?,
         env.cluster.dir(),
         &args,
         &env.moto.sdk_env(),
@@ -422,7 +422,7 @@ async fn an_assumed_role_is_asked_for_with_the_source_headers() -> Result<()> {
     let _ccm = CcmProcess::start_with_env(
         BIN,
         "ccm-aws-role",
-        env.cluster.kubeconfig_path(),
+        &env.cluster.ccm_kubeconfig("aws/base")?,
         env.cluster.dir(),
         &[
             format!("--cloud-config={}", config.display()),

@@ -35,7 +35,7 @@ async fn a_hung_aws_call_times_out_and_the_other_services_are_still_served() -> 
     let ccm = CcmProcess::start_with_env(
         "cloud-controller-manager-aws",
         "ccm-aws-timeout",
-        cluster.kubeconfig_path(),
+        &cluster.ccm_kubeconfig("aws/base")?,
         cluster.dir(),
         &[
             format!("--cloud-config={}", config.display()),

@@ -222,7 +222,7 @@ async fn the_ccm_starts_with_every_corpus_file_against_moto() -> Result<()> {
         let mut ccm = CcmProcess::start_with_env(
             "cloud-controller-manager-aws",
             &ccm_name,
-            cluster.kubeconfig_path(),
+            &cluster.ccm_kubeconfig("aws/base")?,
             cluster.dir(),
             &[
                 format!("--cloud-config={}", config.display()),

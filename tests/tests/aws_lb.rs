@@ -127,7 +127,7 @@ async fn env_opts(instances: usize, o: EnvOptions<'_>) -> Result<Env> {
     let ccm = CcmProcess::start_with_env(
         "cloud-controller-manager-aws",
         "ccm-aws-lb",
-        cluster.kubeconfig_path(),
+        &cluster.ccm_kubeconfig("aws/base")?,
         cluster.dir(),
         &[
             format!("--cloud-config={}", config.display()),

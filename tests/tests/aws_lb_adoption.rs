@@ -341,7 +341,7 @@ fn start_ccm(cluster: &TestCluster, moto: &Moto, world: &World, extra_global: &s
     CcmProcess::start_with_env(
         "cloud-controller-manager-aws",
         "ccm-aws-adoption",
-        cluster.kubeconfig_path(),
+        &cluster.ccm_kubeconfig("aws/base")?,
         cluster.dir(),
         &[
             format!("--cloud-config={}", config.display()),

@@ -38,7 +38,8 @@ fn start_ccm_with(cluster: &TestCluster, name: &str, config: &std::path::Path) -
     CcmProcess::start(
         FAKE,
         name,
-        cluster.kubeconfig_path(),
+        // The deployed ServiceAccount: both leases with the shipped RBAC.
+        &cluster.ccm_kubeconfig("common")?,
         cluster.dir(),
         &[
             format!("--cloud-config={}", cloud.display()),

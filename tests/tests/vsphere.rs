@@ -61,7 +61,13 @@ fn start_ccm(
         "--leader-elect=false".to_string(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
-    CcmProcess::start(BIN, name, cluster.kubeconfig_path(), cluster.dir(), &args)
+    CcmProcess::start(
+        BIN,
+        name,
+        &cluster.ccm_kubeconfig("vsphere/base")?,
+        cluster.dir(),
+        &args,
+    )
 }
 
 /// The kubelet's (SMBIOS) byte order of a vCenter UUID: first three groups byte-swapped.

@@ -41,7 +41,13 @@ fn start_ccm(cluster: &TestCluster, yaml: &str, name: &str, extra: &[&str]) -> R
         "--node-monitor-period=1s".to_string(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
-    CcmProcess::start(BIN, name, cluster.kubeconfig_path(), cluster.dir(), &args)
+    CcmProcess::start(
+        BIN,
+        name,
+        &cluster.ccm_kubeconfig("vsphere/base")?,
+        cluster.dir(),
+        &args,
+    )
 }
 
 /// A config with the vCenter `sim` at 127.0.0.1:`port` and vcsim's user and password inline;
@@ -286,7 +292,7 @@ async fn one_vcenter_down_blocks_neither_the_others_nor_keeps_hostile_nodes_from
 async fn put_secret(secrets: &Api<Secret>, password: &str) -> Result<()> {
     let secret = Secret {
         metadata: ObjectMeta {
-            name: Some("vsphere-creds".into()),
+            name: Some("vsphere-cloud-secret".into()),
             ..Default::default()
         },
         data: Some(
@@ -304,10 +310,10 @@ async fn put_secret(secrets: &Api<Secret>, password: &str) -> Result<()> {
         ),
         ..Default::default()
     };
-    match secrets.get_opt("vsphere-creds").await? {
+    match secrets.get_opt("vsphere-cloud-secret").await? {
         Some(_) => {
             secrets
-                .replace("vsphere-creds", &PostParams::default(), &secret)
+                .replace("vsphere-cloud-secret", &PostParams::default(), &secret)
                 .await?;
         }
         None => {
@@ -332,7 +338,7 @@ async fn rotated_passwords_are_picked_up_and_a_wrong_one_is_not_hammered() -> Re
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "kube-system");
     put_secret(&secrets, vcsim.password()).await?;
     let yaml = format!(
-        "global:\n  port: {}\n  insecureFlag: true\n  secretName: vsphere-creds\n  secretNamespace: kube-system\nvcenter:\n  sim:\n    server: 127.0.0.1\n",
+        "global:\n  port: {}\n  insecureFlag: true\n  secretName: vsphere-cloud-secret\n  secretNamespace: kube-system\nvcenter:\n  sim:\n    server: 127.0.0.1\n",
         port_of(vcsim.host_port())
     );
     let ccm = start_ccm(&cluster, &yaml, "ccm-rotation", &[])?;

@@ -10,8 +10,10 @@
 //! - [`leaderelection`]: leader election on Leases;
 //! - [`leadermigration`]: the leader-migration configuration and its controller classification;
 //! - [`server`]: the HTTPS health and metrics endpoint;
+//! - [`auth`]: its delegated authentication (TokenReview, client certificates) and authorization (SubjectAccessReview);
 //! - [`duration`]: Go duration strings for flags.
 
+pub mod auth;
 pub mod client;
 pub mod controllers;
 pub mod duration;

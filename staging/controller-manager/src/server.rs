@@ -6,10 +6,11 @@
 //! certificate for `localhost`/`127.0.0.1` generated at start (written to `--cert-dir` when
 //! one is given), as upstream does.
 //!
-//! Deliberate difference: upstream wraps the endpoints in delegated authentication and
-//! authorization (TokenReview/SubjectAccessReview); this server does not authenticate, so
-//! `--bind-address` should stay on a private interface (or `/metrics` be scraped through a
-//! network policy).
+//! Every request passes the delegated authentication and authorization of [`crate::auth`]
+//! when the caller gives a [`Delegation`] (the cloud-controller-manager always does): with
+//! upstream's defaults `/healthz`, `/readyz` and `/livez` are open and `/metrics` needs a user
+//! allowed to `get` it. A client certificate is asked for (never required) when a client CA is
+//! configured.
 
 use std::{
     convert::Infallible,
@@ -34,7 +35,10 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::metrics::Metrics;
+use crate::{
+    auth::{Delegation, Refusal, UserInfo},
+    metrics::Metrics,
+};
 
 /// A named health check.
 pub type HealthCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
@@ -109,6 +113,19 @@ pub struct ServingOptions {
     pub cert_dir: Option<PathBuf>,
     /// Base name of a generated pair (`cloud-controller-manager`).
     pub pair_name: String,
+    /// Certificates trusted to sign client certificates (`--client-ca-file`, or the cluster's
+    /// `extension-apiserver-authentication` ConfigMap), as PEM, with where it came from (for
+    /// errors). `None`: no client certificate is asked for.
+    pub client_ca: Option<ClientCa>,
+}
+
+/// A client CA bundle and its origin.
+#[derive(Debug, Clone)]
+pub struct ClientCa {
+    /// Where the bundle came from (`--client-ca-file <path>`, or the ConfigMap).
+    pub source: String,
+    /// The PEM text.
+    pub pem: String,
 }
 
 /// Serving errors.
@@ -209,8 +226,33 @@ fn tls_config(opts: &ServingOptions) -> Result<rustls::ServerConfig, ServerError
                 (vec![generated.cert.der().clone()], key)
             }
         };
-    let mut config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
+    let builder = rustls::ServerConfig::builder();
+    let builder = match &opts.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let bad = |reason: String| ServerError::Certificate {
+                flag: "client CA",
+                path: ca.source.clone(),
+                reason,
+            };
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(ca.pem.as_bytes()) {
+                roots
+                    .add(cert.map_err(|e| bad(e.to_string()))?)
+                    .map_err(|e| bad(e.to_string()))?;
+            }
+            if roots.is_empty() {
+                return Err(bad("no certificate in the bundle".into()));
+            }
+            // Asked for, never required: requests without one go on to token authentication.
+            let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots))
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| bad(e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
         .with_single_cert(certs, key)
         .map_err(|e| ServerError::Tls(e.to_string()))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -243,9 +285,13 @@ impl Default for ConnectionLimits {
 
 /// Binds and starts serving in the background until `shutdown`, with the default
 /// [`ConnectionLimits`]. Returns the bound address (`None` when `--secure-port` is 0).
+///
+/// With `delegation`, every request is authenticated and authorized by it (401/403 otherwise);
+/// without, every request is served (for embedding in a process that guards the port itself).
 pub async fn serve(
     opts: &ServingOptions,
     endpoints: Endpoints,
+    delegation: Option<Delegation>,
     shutdown: CancellationToken,
 ) -> Result<Option<SocketAddr>, ServerError> {
     if opts.secure_port == 0 {
@@ -265,17 +311,20 @@ pub async fn serve(
         listener,
         acceptor,
         endpoints,
+        delegation,
         ConnectionLimits::default(),
         shutdown,
     );
     Ok(Some(local))
 }
 
-/// Serves TLS connections from `listener` with `limits` until `shutdown`.
+/// Serves TLS connections from `listener` with `limits` until `shutdown`, checking every
+/// request with `delegation` when given.
 pub fn serve_on(
     listener: TcpListener,
     acceptor: TlsAcceptor,
     endpoints: Endpoints,
+    delegation: Option<Delegation>,
     limits: ConnectionLimits,
     shutdown: CancellationToken,
 ) {
@@ -296,6 +345,7 @@ pub fn serve_on(
             };
             let acceptor = acceptor.clone();
             let endpoints = endpoints.clone();
+            let delegation = delegation.clone();
             tokio::spawn(async move {
                 let _slot = slot;
                 let Ok(Ok(tls)) =
@@ -303,9 +353,27 @@ pub fn serve_on(
                 else {
                     return;
                 };
+                // A verified client certificate names the user of every request on this
+                // connection; one without a Common Name authenticates nobody (401).
+                let certificate: Option<Option<UserInfo>> = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .map(UserInfo::from_client_certificate);
+                let certificate = Arc::new(certificate);
                 let service = service_fn(move |req| {
                     let endpoints = endpoints.clone();
-                    async move { Ok::<_, Infallible>(handle(&endpoints, req)) }
+                    let delegation = delegation.clone();
+                    let certificate = certificate.clone();
+                    async move {
+                        if let Some(gate) = &delegation
+                            && let Err(refusal) = check(gate, &certificate, &req).await
+                        {
+                            return Ok::<_, Infallible>(refused(&refusal));
+                        }
+                        Ok::<_, Infallible>(handle(&endpoints, req))
+                    }
                 });
                 let mut builder = auto::Builder::new(TokioExecutor::new());
                 builder
@@ -321,6 +389,41 @@ pub fn serve_on(
             });
         }
     });
+}
+
+async fn check(
+    gate: &Delegation,
+    certificate: &Option<Option<UserInfo>>,
+    req: &Request<Incoming>,
+) -> Result<(), Refusal> {
+    let certificate_user = match certificate {
+        None => None,
+        Some(Some(user)) => Some(user),
+        Some(None) => return Err(Refusal::Unauthorized),
+    };
+    let authorization = req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let path = req.uri().path();
+    match gate
+        .check(req.method(), path, authorization, certificate_user)
+        .await
+    {
+        Ok(user) => {
+            debug!(user = %user.name, path, "authorized");
+            Ok(())
+        }
+        Err(refusal) => {
+            debug!(path, status = refusal.status(), "refused");
+            Err(refusal)
+        }
+    }
+}
+
+fn refused(refusal: &Refusal) -> Response<Full<Bytes>> {
+    let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::FORBIDDEN);
+    text(status, refusal.body(), "application/json")
 }
 
 fn handle(endpoints: &Endpoints, req: Request<Incoming>) -> Response<Full<Bytes>> {
@@ -386,6 +489,7 @@ mod tests {
             tls_private_key_file: None,
             cert_dir: None,
             pair_name: "test".into(),
+            client_ca: None,
         };
         let acceptor = TlsAcceptor::from(Arc::new(tls_config(&opts).unwrap()));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -403,7 +507,7 @@ mod tests {
             readyz: HealthChecks::default(),
             metrics: Arc::new(crate::metrics::Metrics::new()),
         };
-        serve_on(listener, acceptor, endpoints, limits, shutdown.clone());
+        serve_on(listener, acceptor, endpoints, None, limits, shutdown.clone());
         // Four idle clients take every slot; a fifth is closed at once.
         let mut idle = Vec::new();
         for _ in 0..4 {

@@ -22,6 +22,11 @@ fn go_duration(s: &str) -> Result<Duration, String> {
     parse_go_duration(s)
 }
 
+/// A path flag that, as Go's string flags, may be given empty (`--flag=` = not set).
+fn optional_path(s: &str) -> Result<PathBuf, String> {
+    Ok(PathBuf::from(s))
+}
+
 /// Every flag of the cloud-controller-manager.
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -53,6 +58,12 @@ pub struct Options {
     /// Secure serving flags.
     #[command(flatten, next_help_heading = "Secure serving flags")]
     pub serving: SecureServingFlags,
+    /// Authentication flags.
+    #[command(flatten, next_help_heading = "Authentication flags")]
+    pub authentication: AuthenticationFlags,
+    /// Authorization flags.
+    #[command(flatten, next_help_heading = "Authorization flags")]
+    pub authorization: AuthorizationFlags,
     /// Misc flags.
     #[command(flatten, next_help_heading = "Misc flags")]
     pub misc: MiscFlags,
@@ -233,6 +244,61 @@ pub struct SecureServingFlags {
     /// File containing the default x509 private key matching --tls-cert-file.
     #[arg(long = "tls-private-key-file")]
     pub tls_private_key_file: Option<PathBuf>,
+}
+
+/// Delegated authentication of the secure port (see `k8s_controller_manager::auth`).
+#[derive(Debug, Clone, Args)]
+pub struct AuthenticationFlags {
+    /// kubeconfig file pointing at the 'core' kubernetes server with enough rights to create tokenreviews.authentication.k8s.io. This is optional. If empty, the in-cluster configuration is used; outside a cluster all token requests are considered to be anonymous and no client CA is looked up in the cluster.
+    #[arg(long = "authentication-kubeconfig", value_parser = optional_path)]
+    pub authentication_kubeconfig: Option<PathBuf>,
+    /// If false, the authentication-kubeconfig will be used to lookup missing authentication configuration from the cluster.
+    #[arg(long = "authentication-skip-lookup", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", value_parser = go_bool)]
+    pub authentication_skip_lookup: bool,
+    /// The duration to cache responses from the webhook token authenticator.
+    #[arg(long = "authentication-token-webhook-cache-ttl", default_value = "10s", value_parser = go_duration)]
+    pub authentication_token_webhook_cache_ttl: Duration,
+    /// If true, failures to look up missing authentication configuration from the cluster are not considered fatal. Note that this can result in authentication that treats all requests as anonymous.
+    #[arg(long = "authentication-tolerate-lookup-failure", default_value_t = false, action = ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = go_bool)]
+    pub authentication_tolerate_lookup_failure: bool,
+    /// If set, any request presenting a client certificate signed by one of the authorities in the client-ca-file is authenticated with an identity corresponding to the CommonName of the client certificate.
+    #[arg(long = "client-ca-file", value_parser = optional_path)]
+    pub client_ca_file: Option<PathBuf>,
+}
+
+/// Delegated authorization of the secure port (see `k8s_controller_manager::auth`).
+#[derive(Debug, Clone, Args)]
+pub struct AuthorizationFlags {
+    /// A list of HTTP paths to skip during authorization, i.e. these are authorized without contacting the 'core' kubernetes server.
+    #[arg(
+        long = "authorization-always-allow-paths",
+        default_value = "/healthz,/readyz,/livez",
+        value_delimiter = ','
+    )]
+    pub authorization_always_allow_paths: Vec<String>,
+    /// kubeconfig file pointing at the 'core' kubernetes server with enough rights to create subjectaccessreviews.authorization.k8s.io. This is optional. If empty, the in-cluster configuration is used; outside a cluster all requests not skipped by authorization are forbidden.
+    #[arg(long = "authorization-kubeconfig", value_parser = optional_path)]
+    pub authorization_kubeconfig: Option<PathBuf>,
+    /// The duration to cache 'authorized' responses from the webhook authorizer.
+    #[arg(long = "authorization-webhook-cache-authorized-ttl", default_value = "10s", value_parser = go_duration)]
+    pub authorization_webhook_cache_authorized_ttl: Duration,
+    /// The duration to cache 'unauthorized' responses from the webhook authorizer.
+    #[arg(long = "authorization-webhook-cache-unauthorized-ttl", default_value = "10s", value_parser = go_duration)]
+    pub authorization_webhook_cache_unauthorized_ttl: Duration,
+}
+
+impl AuthorizationFlags {
+    /// The always-allowed paths without empty entries (`--authorization-always-allow-paths=`
+    /// means none).
+    pub fn always_allow_paths(&self) -> Vec<String> {
+        self.authorization_always_allow_paths
+            .iter()
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
+            .collect()
+    }
 }
 
 /// Misc flags.

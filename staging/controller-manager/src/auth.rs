@@ -1,0 +1,608 @@
+//! Delegated authentication and authorization of the secure port, as upstream's
+//! controller-manager does it (`k8s.io/apiserver` delegating authenticator/authorizer):
+//!
+//! - **Authentication**, first match wins: a client certificate verified against
+//!   `--client-ca-file` (or, unless `--authentication-skip-lookup`, the `client-ca-file` key of
+//!   `kube-system/extension-apiserver-authentication`): user = Common Name, groups =
+//!   Organizations; then a bearer token checked with a `TokenReview` through
+//!   `--authentication-kubeconfig` (answers cached `--authentication-token-webhook-cache-ttl`,
+//!   authenticated or not); otherwise the request is anonymous (`system:anonymous`, group
+//!   `system:unauthenticated`), as upstream (anonymous is enabled). A token the API server
+//!   rejects, or a failed TokenReview, answers **401**.
+//! - **Authorization**: paths in `--authorization-always-allow-paths` (exact, or a prefix with a
+//!   trailing `*`) and the group `system:masters` are allowed; otherwise a
+//!   `SubjectAccessReview` (non-resource URL, the verb from the method: GET/HEAD → `get`)
+//!   through `--authorization-kubeconfig` decides, cached
+//!   `--authorization-webhook-cache-authorized-ttl` / `-unauthorized-ttl`. Denied → **403**; a
+//!   failed review → **500**. Without an authorization client everything but the always-allowed
+//!   paths and groups is denied.
+//!
+//! Both kubeconfigs are optional as upstream: when empty, the in-cluster configuration is used,
+//! and outside a cluster the part is switched off with a warning.
+//!
+//! Differences from upstream: the `--requestheader-*` front-proxy authentication is not
+//! implemented (requests carrying `X-Remote-User` are treated like any other); the client CA
+//! from the ConfigMap is read once at start, not watched.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::{
+    authentication::v1::{TokenReview, TokenReviewSpec},
+    authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
+    core::v1::ConfigMap,
+};
+use kube::{Api, Client, api::PostParams};
+use parking_lot::Mutex;
+use rustls::pki_types::CertificateDer;
+use sha2::{Digest, Sha256};
+use tracing::{debug, warn};
+
+/// The user a request was authenticated as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserInfo {
+    /// User name (`system:anonymous` when anonymous).
+    pub name: String,
+    /// UID, when the authenticator gives one.
+    pub uid: String,
+    /// Groups.
+    pub groups: Vec<String>,
+    /// Extra attributes (TokenReview `extra`).
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+impl UserInfo {
+    /// The anonymous user, as upstream names it.
+    pub fn anonymous() -> Self {
+        Self {
+            name: "system:anonymous".into(),
+            uid: String::new(),
+            groups: vec!["system:unauthenticated".into()],
+            extra: BTreeMap::new(),
+        }
+    }
+
+    /// The user of a verified client certificate: CN = name, O = groups. `None` when the
+    /// certificate cannot be read or has no Common Name (upstream rejects those).
+    pub fn from_client_certificate(cert: &CertificateDer<'_>) -> Option<Self> {
+        let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+        let subject = parsed.subject();
+        let name = subject
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok())
+            .filter(|cn| !cn.is_empty())?
+            .to_string();
+        let groups = subject
+            .iter_organization()
+            .filter_map(|o| o.as_str().ok().map(str::to_string))
+            .collect();
+        Some(Self {
+            name,
+            uid: String::new(),
+            groups,
+            extra: BTreeMap::new(),
+        })
+    }
+}
+
+/// Settings of the delegated authentication and authorization (the flags, resolved).
+#[derive(Clone)]
+pub struct DelegationOptions {
+    /// Client for TokenReviews (`--authentication-kubeconfig` or in-cluster); `None` = bearer
+    /// tokens are not looked at.
+    pub authentication_client: Option<Client>,
+    /// `--authentication-token-webhook-cache-ttl` (default 10 s).
+    pub token_cache_ttl: Duration,
+    /// Client for SubjectAccessReviews (`--authorization-kubeconfig` or in-cluster); `None` =
+    /// only always-allowed paths and groups pass.
+    pub authorization_client: Option<Client>,
+    /// `--authorization-always-allow-paths` (default `/healthz,/readyz,/livez`).
+    pub always_allow_paths: Vec<String>,
+    /// Groups allowed without review (upstream: `system:masters`).
+    pub always_allow_groups: Vec<String>,
+    /// `--authorization-webhook-cache-authorized-ttl` (default 10 s).
+    pub authorized_ttl: Duration,
+    /// `--authorization-webhook-cache-unauthorized-ttl` (default 10 s).
+    pub unauthorized_ttl: Duration,
+}
+
+impl std::fmt::Debug for DelegationOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DelegationOptions")
+            .field("authentication", &self.authentication_client.is_some())
+            .field("token_cache_ttl", &self.token_cache_ttl)
+            .field("authorization", &self.authorization_client.is_some())
+            .field("always_allow_paths", &self.always_allow_paths)
+            .field("always_allow_groups", &self.always_allow_groups)
+            .field("authorized_ttl", &self.authorized_ttl)
+            .field("unauthorized_ttl", &self.unauthorized_ttl)
+            .finish()
+    }
+}
+
+impl DelegationOptions {
+    /// Upstream's defaults, with the given clients.
+    pub fn new(authentication_client: Option<Client>, authorization_client: Option<Client>) -> Self {
+        Self {
+            authentication_client,
+            token_cache_ttl: Duration::from_secs(10),
+            authorization_client,
+            always_allow_paths: default_always_allow_paths(),
+            always_allow_groups: vec!["system:masters".into()],
+            authorized_ttl: Duration::from_secs(10),
+            unauthorized_ttl: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Upstream's `--authorization-always-allow-paths` default.
+pub fn default_always_allow_paths() -> Vec<String> {
+    vec!["/healthz".into(), "/readyz".into(), "/livez".into()]
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// 401: the credentials were rejected or could not be checked.
+    Unauthorized,
+    /// 403: the user may not do this.
+    Forbidden {
+        /// The user.
+        user: String,
+        /// The verb.
+        verb: String,
+        /// The path.
+        path: String,
+        /// The reviewer's reason, when it gave one.
+        reason: String,
+    },
+    /// 500: the authorization check failed.
+    AuthorizationError(String),
+}
+
+impl Refusal {
+    /// The HTTP status code.
+    pub fn status(&self) -> u16 {
+        match self {
+            Self::Unauthorized => 401,
+            Self::Forbidden { .. } => 403,
+            Self::AuthorizationError(_) => 500,
+        }
+    }
+
+    /// A `meta/v1` Status body, as upstream's response writers send.
+    pub fn body(&self) -> String {
+        let (message, reason) = match self {
+            Self::Unauthorized => ("Unauthorized".to_string(), "Unauthorized"),
+            Self::Forbidden {
+                user,
+                verb,
+                path,
+                reason,
+            } => {
+                let mut m = format!("forbidden: User \"{user}\" cannot {verb} path \"{path}\"");
+                if !reason.is_empty() {
+                    m.push_str(": ");
+                    m.push_str(reason);
+                }
+                (m, "Forbidden")
+            }
+            Self::AuthorizationError(e) => (format!("Internal Server Error: \"{e}\""), "InternalError"),
+        };
+        serde_json::json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "code": self.status(),
+        })
+        .to_string()
+    }
+}
+
+/// A small map of answers with an expiry each; expired entries are dropped as new ones arrive,
+/// and it never holds more than `CACHE_CAPACITY` entries.
+struct TtlCache<V> {
+    entries: Mutex<HashMap<CacheKey, (Instant, V)>>,
+}
+
+const CACHE_CAPACITY: usize = 4096;
+
+type CacheKey = [u8; 32];
+
+impl<V: Clone> TtlCache<V> {
+    fn new() -> Self {
+        Self {
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn get(&self, key: CacheKey) -> Option<V> {
+        let entries = self.entries.lock();
+        entries
+            .get(&key)
+            .filter(|(expires, _)| *expires > Instant::now())
+            .map(|(_, v)| v.clone())
+    }
+
+    fn put(&self, key: CacheKey, value: V, ttl: Duration) {
+        if ttl.is_zero() {
+            return;
+        }
+        let mut entries = self.entries.lock();
+        if entries.len() >= CACHE_CAPACITY {
+            let now = Instant::now();
+            entries.retain(|_, (expires, _)| *expires > now);
+            if entries.len() >= CACHE_CAPACITY {
+                entries.clear();
+            }
+        }
+        entries.insert(key, (Instant::now() + ttl, value));
+    }
+}
+
+/// A cache key: SHA-256 over a per-process random salt and `material`, so that a key neither
+/// reveals a token nor lets two different requests share an answer.
+fn key_of(material: &[u8]) -> CacheKey {
+    static SALT: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+    let salt = SALT.get_or_init(rand::random);
+    let mut h = Sha256::new();
+    h.update(salt);
+    h.update(material);
+    h.finalize().into()
+}
+
+/// Authenticates and authorizes requests of the secure port. Cheap to clone.
+#[derive(Clone)]
+pub struct Delegation {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    options: DelegationOptions,
+    tokens: TtlCache<Option<UserInfo>>,
+    decisions: TtlCache<(bool, String)>,
+}
+
+impl std::fmt::Debug for Delegation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.options.fmt(f)
+    }
+}
+
+impl Delegation {
+    /// A gate with `options`.
+    pub fn new(options: DelegationOptions) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                options,
+                tokens: TtlCache::new(),
+                decisions: TtlCache::new(),
+            }),
+        }
+    }
+
+    /// The settings.
+    pub fn options(&self) -> &DelegationOptions {
+        &self.inner.options
+    }
+
+    /// Authenticates then authorizes a request: `certificate_user` is the user of a client
+    /// certificate the TLS layer verified, `authorization` the `Authorization` header.
+    pub async fn check(
+        &self,
+        method: &http::Method,
+        path: &str,
+        authorization: Option<&str>,
+        certificate_user: Option<&UserInfo>,
+    ) -> Result<UserInfo, Refusal> {
+        let user = self.authenticate(authorization, certificate_user).await?;
+        self.authorize(&user, method, path).await?;
+        Ok(user)
+    }
+
+    /// Who is asking (see the module docs for the order).
+    pub async fn authenticate(
+        &self,
+        authorization: Option<&str>,
+        certificate_user: Option<&UserInfo>,
+    ) -> Result<UserInfo, Refusal> {
+        if let Some(user) = certificate_user {
+            return Ok(user.clone());
+        }
+        let (Some(client), Some(token)) = (
+            &self.inner.options.authentication_client,
+            authorization.and_then(bearer_token),
+        ) else {
+            return Ok(UserInfo::anonymous());
+        };
+        let key = key_of(token.as_bytes());
+        let answer = match self.inner.tokens.get(key) {
+            Some(answer) => answer,
+            None => {
+                let answer = review_token(client, token).await.map_err(|e| {
+                    warn!(error = %e, "TokenReview failed; answering 401");
+                    Refusal::Unauthorized
+                })?;
+                self.inner
+                    .tokens
+                    .put(key, answer.clone(), self.inner.options.token_cache_ttl);
+                answer
+            }
+        };
+        answer.ok_or(Refusal::Unauthorized)
+    }
+
+    /// Whether `user` may `method` `path`.
+    pub async fn authorize(&self, user: &UserInfo, method: &http::Method, path: &str) -> Result<(), Refusal> {
+        let o = &self.inner.options;
+        if o.always_allow_paths.iter().any(|p| path_matches(p, path)) {
+            return Ok(());
+        }
+        if user.groups.iter().any(|g| o.always_allow_groups.contains(g)) {
+            return Ok(());
+        }
+        let verb = verb_of(method);
+        let forbidden = |reason: String| Refusal::Forbidden {
+            user: user.name.clone(),
+            verb: verb.to_string(),
+            path: path.to_string(),
+            reason,
+        };
+        let Some(client) = &o.authorization_client else {
+            return Err(forbidden(String::new()));
+        };
+        let key = key_of(format!("{:?}", (user, verb, path)).as_bytes());
+        let (allowed, reason) = match self.inner.decisions.get(key) {
+            Some(d) => d,
+            None => {
+                let d = review_access(client, user, verb, path).await.map_err(|e| {
+                    warn!(error = %e, path, "SubjectAccessReview failed");
+                    Refusal::AuthorizationError(e.to_string())
+                })?;
+                let ttl = if d.0 { o.authorized_ttl } else { o.unauthorized_ttl };
+                self.inner.decisions.put(key, d.clone(), ttl);
+                d
+            }
+        };
+        if allowed {
+            Ok(())
+        } else {
+            debug!(user = %user.name, path, verb, "forbidden");
+            Err(forbidden(reason))
+        }
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive), as
+/// upstream's bearer-token authenticator reads it; other schemes are ignored.
+fn bearer_token(header: &str) -> Option<&str> {
+    let header = header.trim();
+    let (scheme, token) = header.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let token = token.trim();
+    (!token.is_empty()).then_some(token)
+}
+
+/// Upstream's request verb for a non-resource URL.
+fn verb_of(method: &http::Method) -> &'static str {
+    match *method {
+        http::Method::GET | http::Method::HEAD => "get",
+        http::Method::POST => "create",
+        http::Method::PUT => "update",
+        http::Method::PATCH => "patch",
+        http::Method::DELETE => "delete",
+        _ => "",
+    }
+}
+
+/// Upstream's always-allow path rule: exact, or a prefix when the pattern ends in `*`.
+fn path_matches(pattern: &str, path: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => path.starts_with(prefix),
+        None => pattern == path,
+    }
+}
+
+async fn review_token(client: &Client, token: &str) -> Result<Option<UserInfo>, kube::Error> {
+    let review = TokenReview {
+        spec: TokenReviewSpec {
+            token: Some(token.to_string()),
+            audiences: None,
+        },
+        ..Default::default()
+    };
+    let answer = Api::<TokenReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await?;
+    let Some(status) = answer.status else {
+        return Ok(None);
+    };
+    if status.authenticated != Some(true) {
+        return Ok(None);
+    }
+    let user = status.user.unwrap_or_default();
+    Ok(Some(UserInfo {
+        name: user.username.unwrap_or_default(),
+        uid: user.uid.unwrap_or_default(),
+        groups: user.groups.unwrap_or_default(),
+        extra: user.extra.unwrap_or_default(),
+    }))
+}
+
+async fn review_access(
+    client: &Client,
+    user: &UserInfo,
+    verb: &str,
+    path: &str,
+) -> Result<(bool, String), kube::Error> {
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.name.clone()),
+            uid: (!user.uid.is_empty()).then(|| user.uid.clone()),
+            groups: Some(user.groups.clone()),
+            extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
+            non_resource_attributes: Some(NonResourceAttributes {
+                path: Some(path.to_string()),
+                verb: Some(verb.to_string()),
+            }),
+            resource_attributes: None,
+        },
+        ..Default::default()
+    };
+    let answer = Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await?;
+    let status = answer.status.unwrap_or_default();
+    Ok((
+        status.allowed && status.denied != Some(true),
+        status.reason.unwrap_or_default(),
+    ))
+}
+
+/// Where upstream publishes the API server's client CA for delegating servers.
+pub const AUTHENTICATION_CONFIGMAP: (&str, &str) = ("kube-system", "extension-apiserver-authentication");
+
+/// Errors looking up the client CA.
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    /// Reading `kube-system/extension-apiserver-authentication` failed.
+    #[error(
+        "unable to load configmap based client CA file from kube-system/extension-apiserver-authentication: {0} (--authentication-tolerate-lookup-failure=true starts without client certificate authentication)"
+    )]
+    ConfigMap(#[source] kube::Error),
+}
+
+/// The `client-ca-file` of `kube-system/extension-apiserver-authentication`, as PEM text:
+/// `Ok(None)` when the ConfigMap or key does not exist (client certificates then are not
+/// authenticated, with a warning, as upstream); an error when it cannot be read, unless
+/// `tolerate_failure`.
+pub async fn lookup_client_ca(
+    client: &Client,
+    tolerate_failure: bool,
+) -> Result<Option<String>, LookupError> {
+    let (namespace, name) = AUTHENTICATION_CONFIGMAP;
+    match Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+    {
+        Ok(Some(cm)) => {
+            let ca = cm.data.and_then(|mut d| d.remove("client-ca-file"));
+            if ca.is_none() {
+                warn!(
+                    "cluster doesn't provide client-ca-file in configmap/{name} in {namespace}, so client certificate authentication won't work."
+                );
+            }
+            Ok(ca)
+        }
+        Ok(None) => {
+            warn!(
+                "configmap/{name} in {namespace} not found, so client certificate authentication won't work."
+            );
+            Ok(None)
+        }
+        Err(e) if tolerate_failure => {
+            warn!(error = %e, "Error looking up in-cluster authentication configuration; continuing without client certificate authentication (--authentication-tolerate-lookup-failure)");
+            Ok(None)
+        }
+        Err(e) => Err(LookupError::ConfigMap(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens_are_read_as_upstream() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer   abc "), Some("abc"));
+        assert_eq!(bearer_token("Basic dXNlcjpwYXNz"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("Bearer"), None);
+    }
+
+    #[test]
+    fn always_allow_paths_are_exact_or_star_prefixes() {
+        assert!(path_matches("/healthz", "/healthz"));
+        assert!(!path_matches("/healthz", "/healthz/ping"));
+        assert!(path_matches("/debug/*", "/debug/pprof"));
+        assert!(!path_matches("/healthz", "/metrics"));
+    }
+
+    #[tokio::test]
+    async fn without_clients_only_always_allowed_paths_and_masters_pass() {
+        let gate = Delegation::new(DelegationOptions::new(None, None));
+        let get = http::Method::GET;
+        // A bearer token is not looked at: anonymous.
+        let anon = gate.authenticate(Some("Bearer t"), None).await.unwrap();
+        assert_eq!(anon, UserInfo::anonymous());
+        assert!(gate.authorize(&anon, &get, "/healthz").await.is_ok());
+        let refused = gate.authorize(&anon, &get, "/metrics").await.unwrap_err();
+        assert_eq!(refused.status(), 403);
+        assert!(
+            refused
+                .body()
+                .contains(r#"forbidden: User \"system:anonymous\" cannot get path \"/metrics\""#),
+            "{}",
+            refused.body()
+        );
+        let master = UserInfo {
+            name: "admin".into(),
+            uid: String::new(),
+            groups: vec!["system:masters".into()],
+            extra: BTreeMap::new(),
+        };
+        assert!(gate.authorize(&master, &get, "/metrics").await.is_ok());
+    }
+
+    #[test]
+    fn client_certificate_user_is_cn_and_groups_are_o() {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "prometheus");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "monitoring");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let user = UserInfo::from_client_certificate(cert.der()).unwrap();
+        assert_eq!(user.name, "prometheus");
+        assert_eq!(user.groups, vec!["monitoring".to_string()]);
+        // No CN: not a user.
+        let params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        assert!(UserInfo::from_client_certificate(cert.der()).is_none());
+    }
+
+    #[test]
+    fn refusals_are_meta_v1_status_bodies() {
+        let r = Refusal::Unauthorized;
+        let v: serde_json::Value = serde_json::from_str(&r.body()).unwrap();
+        assert_eq!(v["code"], 401);
+        assert_eq!(v["reason"], "Unauthorized");
+    }
+
+    #[test]
+    fn cache_expires_and_stays_bounded() {
+        let c: TtlCache<bool> = TtlCache::new();
+        c.put(key_of(b"a"), true, Duration::from_millis(20));
+        assert_eq!(c.get(key_of(b"a")), Some(true));
+        assert_eq!(c.get(key_of(b"b")), None);
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(c.get(key_of(b"a")), None);
+        for i in 0..(CACHE_CAPACITY + 10) {
+            c.put(key_of(&i.to_le_bytes()), true, Duration::from_secs(60));
+        }
+        assert!(c.entries.lock().len() <= CACHE_CAPACITY);
+    }
+}

@@ -1,0 +1,287 @@
+//! The secure port's delegated authentication and authorization against a real API server:
+//! TokenReview for bearer tokens, client certificates from `--client-ca-file`,
+//! SubjectAccessReview with the RBAC of the cluster, the always-allowed health paths, and the
+//! decision caches. The CCM runs as the deployed ServiceAccount (`deploy/common` RBAC), so the
+//! TokenReview/SubjectAccessReview rights of the shipped role are exercised too.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
+use rcp_e2e::{TestCluster, ccm::CcmProcess, k8s::wait_for};
+
+const FAKE: &str = "fake-cloud-controller-manager";
+const T: Duration = Duration::from_secs(60);
+
+/// A CA and a way to sign client certificates with it.
+struct ClientCa {
+    pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl ClientCa {
+    fn new(name: &str) -> Result<Self> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let key = KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
+        Ok(Self {
+            pem: cert.pem(),
+            issuer: Issuer::new(params, key),
+        })
+    }
+
+    /// A client certificate (PEM cert + key, as reqwest's identity wants) for `cn` in `groups`.
+    fn client_identity(&self, cn: &str, groups: &[&str]) -> Result<reqwest::Identity> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, cn);
+        for g in groups {
+            params.distinguished_name.push(DnType::OrganizationName, *g);
+        }
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok(reqwest::Identity::from_pem(
+            format!("{}{}", cert.pem(), key.serialize_pem()).as_bytes(),
+        )?)
+    }
+}
+
+async fn get(
+    port: u16,
+    path: &str,
+    bearer: Option<&str>,
+    identity: Option<reqwest::Identity>,
+) -> Result<(u16, String)> {
+    let mut builder = reqwest::Client::builder()
+        .tls_danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(5));
+    if let Some(id) = identity {
+        builder = builder.identity(id);
+    }
+    let mut request = builder.build()?.get(format!("https://127.0.0.1:{port}{path}"));
+    if let Some(token) = bearer {
+        request = request.bearer_auth(token);
+    }
+    let r = request.send().await.with_context(|| format!("GET {path}"))?;
+    Ok((r.status().as_u16(), r.text().await?))
+}
+
+fn token_of(kubeconfig: &std::path::Path) -> Result<String> {
+    let text = std::fs::read_to_string(kubeconfig)?;
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("token: ").map(str::to_string))
+        .context("no token in the kubeconfig")
+}
+
+const METRICS_READER: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: metrics-reader
+rules:
+- nonResourceURLs: ["/metrics"]
+  verbs: ["get"]
+"#;
+
+fn binding(name: &str, subject: &str) -> String {
+    format!(
+        r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {name}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: metrics-reader
+subjects:
+{subject}
+"#
+    )
+}
+
+#[tokio::test]
+async fn metrics_need_an_authorized_user_and_health_paths_stay_open() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let kubeconfig = cluster.ccm_kubeconfig("common")?;
+    let fake = cluster.dir().join("fake.json");
+    std::fs::write(&fake, "{}")?;
+    let ca = ClientCa::new("metrics-client-ca")?;
+    let ca_file = cluster.dir().join("client-ca.crt");
+    std::fs::write(&ca_file, &ca.pem)?;
+    let ccm = CcmProcess::start(
+        FAKE,
+        "ccm-secure-port",
+        &kubeconfig,
+        cluster.dir(),
+        &[
+            format!("--cloud-config={}", fake.display()),
+            "--cluster-cidr=10.244.0.0/16".into(),
+            "--leader-elect=false".into(),
+            format!("--client-ca-file={}", ca_file.display()),
+            // Allowed answers are kept an hour, denied ones not at all: both caches are seen.
+            "--authorization-webhook-cache-authorized-ttl=1h".into(),
+            "--authorization-webhook-cache-unauthorized-ttl=0s".into(),
+        ],
+    )?;
+    let port = ccm.port();
+    wait_for("the secure port", T, || async {
+        get(port, "/healthz", None, None)
+            .await
+            .ok()
+            .filter(|r| r.0 == 200)
+    })
+    .await?;
+    cluster.kubectl_stdin(&["apply", "-f", "-"], METRICS_READER)?;
+    let scraper = token_of(
+        &cluster
+            .kubeconfig_for_service_account("default", "scraper")
+            .await?,
+    )?;
+    let mut matrix = Vec::new();
+
+    // Health paths: open to anyone (always-allow paths), as upstream.
+    for path in ["/healthz", "/readyz", "/livez"] {
+        let (status, body) = get(port, path, None, None).await?;
+        assert_eq!((status, body.as_str()), (200, "ok"), "{path}");
+    }
+    matrix.push(("anonymous", "/healthz", 200));
+
+    // Anonymous: upstream keeps anonymous requests on and lets RBAC decide: 403.
+    let (status, body) = get(port, "/metrics", None, None).await?;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains(r#"forbidden: User \"system:anonymous\" cannot get path \"/metrics\""#),
+        "{body}"
+    );
+    matrix.push(("anonymous", "/metrics", status));
+
+    // A token the API server does not know: 401.
+    let (status, body) = get(port, "/metrics", Some("not-a-real-token"), None).await?;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains(r#""reason":"Unauthorized""#), "{body}");
+    matrix.push(("unknown token", "/metrics", status));
+
+    // A real ServiceAccount token without the right: 403 naming the user.
+    let (status, body) = get(port, "/metrics", Some(&scraper), None).await?;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("system:serviceaccount:default:scraper"), "{body}");
+    matrix.push(("token without RBAC", "/metrics", status));
+
+    // Granted: 200 at once (denials are not cached with a 0s TTL).
+    cluster.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &binding(
+            "scraper-metrics",
+            "- kind: ServiceAccount\n  name: scraper\n  namespace: default",
+        ),
+    )?;
+    let (status, body) = get(port, "/metrics", Some(&scraper), None).await?;
+    assert_eq!(status, 200);
+    assert!(body.contains("running_managed_controllers"), "the metrics text");
+    matrix.push(("token with RBAC", "/metrics", status));
+
+    // Revoked: still 200 within the authorized TTL (the answer is cached, as upstream).
+    cluster.kubectl(&["delete", "clusterrolebinding", "scraper-metrics"])?;
+    let (status, _) = get(port, "/metrics", Some(&scraper), None).await?;
+    assert_eq!(
+        status, 200,
+        "an allowed answer is cached for --authorization-webhook-cache-authorized-ttl"
+    );
+
+    // The cluster admin (group system:masters) is always allowed.
+    let (status, _) = get(port, "/metrics", Some(cluster.admin_token()), None).await?;
+    assert_eq!(status, 200);
+    matrix.push(("system:masters token", "/metrics", status));
+
+    // Client certificates signed by --client-ca-file: CN is the user, O the groups.
+    let (status, body) = get(
+        port,
+        "/metrics",
+        None,
+        Some(ca.client_identity("cert-scraper", &["monitoring"])?),
+    )
+    .await?;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains(r#"User \"cert-scraper\""#), "{body}");
+    matrix.push(("client cert without RBAC", "/metrics", status));
+    cluster.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &binding(
+            "monitoring-metrics",
+            "- kind: Group\n  apiGroup: rbac.authorization.k8s.io\n  name: monitoring",
+        ),
+    )?;
+    let (status, _) = get(
+        port,
+        "/metrics",
+        None,
+        Some(ca.client_identity("cert-scraper", &["monitoring"])?),
+    )
+    .await?;
+    assert_eq!(status, 200, "the certificate's O=monitoring group is bound");
+    matrix.push(("client cert, group bound", "/metrics", status));
+
+    // A certificate from another CA is refused in the TLS handshake.
+    let stranger = ClientCa::new("someone-else")?;
+    let r = get(
+        port,
+        "/metrics",
+        None,
+        Some(stranger.client_identity("intruder", &["system:masters"])?),
+    )
+    .await;
+    assert!(r.is_err(), "an unknown CA's certificate must not connect: {r:?}");
+
+    for (who, path, status) in &matrix {
+        println!("secure port: {who:<28} GET {path:<9} -> {status}");
+    }
+    assert!(
+        !ccm.log().contains(&scraper) && !ccm.log().contains(cluster.admin_token()),
+        "tokens never reach the log"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn without_delegation_kubeconfigs_only_health_paths_answer() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let fake = cluster.dir().join("fake.json");
+    std::fs::write(&fake, "{}")?;
+    // An empty --authentication-kubeconfig/--authorization-kubeconfig outside a cluster: no
+    // TokenReview, no SubjectAccessReview (upstream warns and goes on).
+    let ccm = CcmProcess::start(
+        FAKE,
+        "ccm-no-delegation",
+        cluster.kubeconfig_path(),
+        cluster.dir(),
+        &[
+            format!("--cloud-config={}", fake.display()),
+            "--cluster-cidr=10.244.0.0/16".into(),
+            "--leader-elect=false".into(),
+            "--authentication-kubeconfig=".into(),
+            "--authorization-kubeconfig=".into(),
+        ],
+    )?;
+    let port = ccm.port();
+    wait_for("the secure port", T, || async {
+        get(port, "/healthz", None, None)
+            .await
+            .ok()
+            .filter(|r| r.0 == 200)
+    })
+    .await?;
+    // Even the admin token is not looked at: the request is anonymous, and nothing reviews it.
+    let (status, body) = get(port, "/metrics", Some(cluster.admin_token()), None).await?;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("system:anonymous"), "{body}");
+    let log = ccm.log();
+    assert!(
+        log.contains("No authentication-kubeconfig provided")
+            && log.contains("No authorization-kubeconfig provided"),
+        "both are warned about"
+    );
+    Ok(())
+}
