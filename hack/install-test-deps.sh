@@ -6,6 +6,7 @@
 #     moto-5.2.5/venv/                        moto[server] from PyPI in a venv
 #     vcsim-0.24.2/{vcsim,govc}               built from Debian's govmomi sources
 #     cargo-deny-0.20.2/bin/cargo-deny        cargo install --locked
+#     cargo-nextest-0.9.143/bin/cargo-nextest  cargo install --locked (only when none is installed)
 #     bin/                                    symlinks to all of the above + etcd + kubectl
 #
 # Each step prints a progress line, skips itself when its result is already cached (keyed by
@@ -13,7 +14,8 @@
 #
 # Environment:
 #   RCP_CACHE_DIR   override the cache directory
-#   RCP_SKIP        space-separated steps to skip (apt kube-apiserver moto vcsim cargo-deny)
+#   RCP_SKIP        space-separated steps to skip (apt kube-apiserver moto vcsim cargo-deny
+#                   cargo-nextest)
 set -euo pipefail
 
 PROJECT=rust-cloud-provider
@@ -26,6 +28,7 @@ BOTO3_VERSION=1.44.5
 GOVMOMI_VERSION=0.24.2
 GOVMOMI_DEB_VERSION=0.24.2-3
 CARGO_DENY_VERSION=0.20.2
+CARGO_NEXTEST_VERSION=0.9.143
 mkdir -p "$BIN" "$LOGS"
 
 START=$(date +%s)
@@ -53,6 +56,17 @@ sys_which() { PATH="$SYS_PATH" command -v "$1"; }
 
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+# need_apt: one clear line, then exit, when packages are missing and cannot be installed here.
+need_apt() {
+  if ! command -v apt-get >/dev/null; then
+    step apt "FAILED: missing $*, and apt-get is not here: hack/test.sh needs a Debian (bookworm) machine"
+    exit 1
+  fi
+  if [[ -n "$SUDO" ]] && ! sudo -n true 2>/dev/null; then
+    step apt "FAILED: missing $*: run as root, or as a user with password-less sudo, to install them"
+    exit 1
+  fi
+}
 
 # A private apt configuration with a deb-src entry for the system's own Debian mirror; the
 # system's sources are not changed.
@@ -96,8 +110,12 @@ if ! skipped apt; then
   [[ -d /usr/share/gocode/src/github.com/vmware/govmomi ]] || pkgs+=(golang-github-vmware-govmomi-dev)
   [[ -d /usr/share/gocode/src/github.com/kr/pretty ]] || pkgs+=(golang-github-kr-pretty-dev)
   have kubectl || pkgs+=(kubernetes-client)
+  have jq || pkgs+=(jq)
+  have umoci || pkgs+=(umoci)
+  [[ -f /etc/ssl/certs/ca-certificates.crt ]] || pkgs+=(ca-certificates)
   python3 -c 'import venv, ensurepip' 2>/dev/null || pkgs+=(python3-venv)
   if ((${#pkgs[@]})); then
+    need_apt "${pkgs[*]}"
     step apt "installing ${pkgs[*]}"
     export DEBIAN_FRONTEND=noninteractive
     if ! $SUDO apt-get install -y --no-install-recommends "${pkgs[@]}" >>"$LOGS/apt.log" 2>&1; then
@@ -105,10 +123,10 @@ if ! skipped apt; then
       run_logged apt "$LOGS/apt.log" $SUDO apt-get install -y --no-install-recommends "${pkgs[@]}"
     fi
   else
-    step apt "cached (etcd, go, rsync, govmomi sources, kubectl present)"
+    step apt "cached (etcd, go, rsync, govmomi sources, kubectl, jq, umoci present)"
   fi
 fi
-for tool in etcd kubectl; do
+for tool in etcd kubectl jq umoci; do
   target=$(sys_which "$tool" || true)
   if [[ -z "$target" || ! -x "$target" ]]; then
     step apt "FAILED: no executable \`$tool\` on PATH after installing packages (see $LOGS/apt.log)"
@@ -226,7 +244,26 @@ if ! skipped cargo-deny; then
   ln -sfn "$CD_DIR/bin/cargo-deny" "$BIN/cargo-deny"
 fi
 
+# ---------------------------------------------------------------------------------------------
+# 6. cargo-nextest (the test runner of hack/test.sh), when the machine has none.
+NT_DIR="$CACHE/cargo-nextest-$CARGO_NEXTEST_VERSION"
+if ! skipped cargo-nextest; then
+  if cargo nextest --version >/dev/null 2>&1 && [[ ! -L "$BIN/cargo-nextest" ]]; then
+    step cargo-nextest "present: $(cargo nextest --version | head -1)"
+  elif [[ -x "$NT_DIR/bin/cargo-nextest" ]]; then
+    step cargo-nextest "cached: $("$NT_DIR/bin/cargo-nextest" nextest --version | head -1)"
+    ln -sfn "$NT_DIR/bin/cargo-nextest" "$BIN/cargo-nextest"
+  else
+    step cargo-nextest "cargo install --locked cargo-nextest $CARGO_NEXTEST_VERSION (~6 min)"
+    run_logged cargo-nextest "$LOGS/cargo-nextest.log" cargo install --locked --root "$NT_DIR" \
+      --target-dir "$CACHE/build/cargo-nextest-target" cargo-nextest --version "$CARGO_NEXTEST_VERSION"
+    rm -rf "$CACHE/build/cargo-nextest-target"
+    ln -sfn "$NT_DIR/bin/cargo-nextest" "$BIN/cargo-nextest"
+    step cargo-nextest "installed: $("$NT_DIR/bin/cargo-nextest" nextest --version | head -1)"
+  fi
+fi
+
 step done "in $(($(date +%s) - START)) s; binaries in $BIN:"
-for b in etcd kube-apiserver kubectl moto_server vcsim govc cargo-deny; do
+for b in etcd kube-apiserver kubectl moto_server vcsim govc cargo-deny cargo-nextest; do
   [[ -e "$BIN/$b" ]] && printf '    %-15s -> %s\n' "$b" "$(readlink -f "$BIN/$b")"
 done

@@ -20,7 +20,15 @@ cargo deny --offline --color never check bans licenses sources
 cargo deny --offline --color never --config hack/deny-staging.toml check bans
 
 if [[ -z "${RCP_ADVISORY_DB:-}" ]]; then
-  echo "verify-deps: bans, licenses, sources checked; advisories NOT checked (no RCP_ADVISORY_DB: set it to a directory with the RustSec advisory database's files)"
+  {
+    echo "######################################################################################"
+    echo "# WARNING verify-deps: the RustSec ADVISORY CHECK WAS SKIPPED (no RCP_ADVISORY_DB)."
+    echo "# Bans, licenses and sources were checked; known vulnerabilities were NOT. Set"
+    echo "# RCP_ADVISORY_DB to a directory with the RustSec advisory database's files (.ci/run"
+    echo "# uses ../shared/advisory-db when it exists), or RCP_REQUIRE_ADVISORIES=1 to fail here."
+    echo "######################################################################################"
+  } >&2
+  if [[ -n "${RCP_REQUIRE_ADVISORIES:-}" ]]; then exit 1; fi
   exit 0
 fi
 if [[ ! -d "$RCP_ADVISORY_DB/crates" ]]; then

@@ -576,7 +576,10 @@ async fn delegation(opts: &Options) -> Result<(Delegation, Option<ClientCa>), Ap
         "SubjectAccessReview of authorization tokens",
     )
     .await?;
-    let client_ca_file = authn.client_ca_file.as_ref().filter(|p| !p.as_os_str().is_empty());
+    let client_ca_file = authn
+        .client_ca_file
+        .as_ref()
+        .filter(|p| !p.as_os_str().is_empty());
     let client_ca = match (client_ca_file, &authentication_client) {
         (Some(path), _) => Some(ClientCa {
             source: format!("--client-ca-file {}", path.display()),
