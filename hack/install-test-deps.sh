@@ -265,5 +265,5 @@ fi
 
 step done "in $(($(date +%s) - START)) s; binaries in $BIN:"
 for b in etcd kube-apiserver kubectl moto_server vcsim govc cargo-deny cargo-nextest; do
-  [[ -e "$BIN/$b" ]] && printf '    %-15s -> %s\n' "$b" "$(readlink -f "$BIN/$b")"
+  if [[ -e "$BIN/$b" ]]; then printf '    %-15s -> %s\n' "$b" "$(readlink -f "$BIN/$b")"; fi
 done
