@@ -102,30 +102,22 @@ subjects:
     )
 }
 
-#[tokio::test]
-async fn metrics_need_an_authorized_user_and_health_paths_stay_open() -> Result<()> {
-    let cluster = TestCluster::start().await?;
-    let kubeconfig = cluster.ccm_kubeconfig("common")?;
+/// Starts the fake CCM as `kubeconfig` with `extra` flags and waits for its secure port.
+async fn start_fake(
+    cluster: &TestCluster,
+    name: &str,
+    kubeconfig: &std::path::Path,
+    extra: &[String],
+) -> Result<CcmProcess> {
     let fake = cluster.dir().join("fake.json");
     std::fs::write(&fake, "{}")?;
-    let ca = ClientCa::new("metrics-client-ca")?;
-    let ca_file = cluster.dir().join("client-ca.crt");
-    std::fs::write(&ca_file, &ca.pem)?;
-    let ccm = CcmProcess::start(
-        FAKE,
-        "ccm-secure-port",
-        &kubeconfig,
-        cluster.dir(),
-        &[
-            format!("--cloud-config={}", fake.display()),
-            "--cluster-cidr=10.244.0.0/16".into(),
-            "--leader-elect=false".into(),
-            format!("--client-ca-file={}", ca_file.display()),
-            // Allowed answers are kept an hour, denied ones not at all: both caches are seen.
-            "--authorization-webhook-cache-authorized-ttl=1h".into(),
-            "--authorization-webhook-cache-unauthorized-ttl=0s".into(),
-        ],
-    )?;
+    let mut args = vec![
+        format!("--cloud-config={}", fake.display()),
+        "--cluster-cidr=10.244.0.0/16".into(),
+        "--leader-elect=false".into(),
+    ];
+    args.extend_from_slice(extra);
+    let ccm = CcmProcess::start(FAKE, name, kubeconfig, cluster.dir(), &args)?;
     let port = ccm.port();
     wait_for("the secure port", T, || async {
         get(port, "/healthz", None, None)
@@ -134,6 +126,29 @@ async fn metrics_need_an_authorized_user_and_health_paths_stay_open() -> Result<
             .filter(|r| r.0 == 200)
     })
     .await?;
+    Ok(ccm)
+}
+
+#[tokio::test]
+async fn metrics_need_an_authorized_user_and_health_paths_stay_open() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let kubeconfig = cluster.ccm_kubeconfig("common")?;
+    let ca = ClientCa::new("metrics-client-ca")?;
+    let ca_file = cluster.dir().join("client-ca.crt");
+    std::fs::write(&ca_file, &ca.pem)?;
+    let ccm = start_fake(
+        &cluster,
+        "ccm-secure-port",
+        &kubeconfig,
+        &[
+            format!("--client-ca-file={}", ca_file.display()),
+            // Allowed answers are kept an hour, denied ones not at all: both caches are seen.
+            "--authorization-webhook-cache-authorized-ttl=1h".into(),
+            "--authorization-webhook-cache-unauthorized-ttl=0s".into(),
+        ],
+    )
+    .await?;
+    let port = ccm.port();
     cluster.kubectl_stdin(&["apply", "-f", "-"], METRICS_READER)?;
     let scraper = token_of(
         &cluster
@@ -248,31 +263,19 @@ async fn metrics_need_an_authorized_user_and_health_paths_stay_open() -> Result<
 #[tokio::test]
 async fn without_delegation_kubeconfigs_only_health_paths_answer() -> Result<()> {
     let cluster = TestCluster::start().await?;
-    let fake = cluster.dir().join("fake.json");
-    std::fs::write(&fake, "{}")?;
     // An empty --authentication-kubeconfig/--authorization-kubeconfig outside a cluster: no
     // TokenReview, no SubjectAccessReview (upstream warns and goes on).
-    let ccm = CcmProcess::start(
-        FAKE,
+    let ccm = start_fake(
+        &cluster,
         "ccm-no-delegation",
         cluster.kubeconfig_path(),
-        cluster.dir(),
         &[
-            format!("--cloud-config={}", fake.display()),
-            "--cluster-cidr=10.244.0.0/16".into(),
-            "--leader-elect=false".into(),
             "--authentication-kubeconfig=".into(),
             "--authorization-kubeconfig=".into(),
         ],
-    )?;
-    let port = ccm.port();
-    wait_for("the secure port", T, || async {
-        get(port, "/healthz", None, None)
-            .await
-            .ok()
-            .filter(|r| r.0 == 200)
-    })
+    )
     .await?;
+    let port = ccm.port();
     // Even the admin token is not looked at: the request is anonymous, and nothing reviews it.
     let (status, body) = get(port, "/metrics", Some(cluster.admin_token()), None).await?;
     assert_eq!(status, 403, "{body}");

@@ -578,8 +578,12 @@ mod tests {
         let user = UserInfo::from_client_certificate(cert.der()).unwrap();
         assert_eq!(user.name, "prometheus");
         assert_eq!(user.groups, vec!["monitoring".to_string()]);
-        // No CN: not a user.
-        let params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        // No CN (rcgen's default subject has one: start from an empty one): not a user.
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "monitoring");
         let cert = params.self_signed(&key).unwrap();
         assert!(UserInfo::from_client_certificate(cert.der()).is_none());
     }
