@@ -479,3 +479,65 @@ async fn service_account_credentials_act_as_the_controllers_own_service_accounts
     .await?;
     Ok(())
 }
+
+/// A panic inside one reconcile (a provider bug hit by one Service or one Node) fails that
+/// reconcile only: it is logged with the key, counted in `controller_panics_total`, and the
+/// key is retried with back-off until it succeeds, while the process and the other keys carry
+/// on (upstream's controllers crash the whole process instead).
+#[tokio::test]
+async fn a_panic_in_one_reconcile_is_caught_counted_and_retried() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let config = cluster.dir().join("fake-cloud.json");
+    std::fs::write(
+        &config,
+        serde_json::to_vec(&serde_json::json!({
+            "instances": {"panic-node": {"providerID": "fake://i-9", "instanceType": "fake.large",
+                "zone": "z", "region": "r", "addresses": [{"type": "InternalIP", "address": "10.1.0.9"}]}},
+            "panics": [
+                {"call": "EnsureLoadBalancer default/boom", "times": 2},
+                {"call": "InstanceMetadata panic-node", "times": 1}
+            ]
+        }))?,
+    )?;
+    let mut ccm = CcmProcess::start(
+        FAKE,
+        "ccm",
+        cluster.kubeconfig_path(),
+        cluster.dir(),
+        &args(&config, &["--leader-elect=false"]),
+    )?;
+    let client = cluster.client().await?;
+    let (nodes, services): (Api<Node>, Api<Service>) =
+        (Api::all(client.clone()), Api::namespaced(client, "default"));
+    nodes
+        .create(&PostParams::default(), &tainted_node("panic-node"))
+        .await?;
+    for name in ["boom", "calm"] {
+        services.create(&PostParams::default(), &lb_service(name)).await?;
+    }
+    for name in ["calm", "boom"] {
+        rcp_e2e::k8s::wait_for_ingress(&services, name, Duration::from_secs(60)).await?;
+    }
+    wait_for("panic-node initialised", Duration::from_secs(60), || async {
+        rcp_e2e::k8s::initialised(&nodes, "panic-node").await
+    })
+    .await?;
+    ccm.check_running()?;
+    let m = ccm.metrics().await?;
+    for line in [
+        "controller_panics_total{controller=\"service-lb-controller\"} 2",
+        "controller_panics_total{controller=\"cloud-node-controller\"} 1",
+        "controller_reconcile_total{controller=\"service-lb-controller\",result=\"panic\"} 2",
+        "controller_reconcile_total{controller=\"cloud-node-controller\",result=\"panic\"} 1",
+        "running_managed_controllers{manager=\"cloud-controller-manager\",name=\"service\"} 1",
+    ] {
+        assert!(m.contains(line), "/metrics lacks {line:?}:\n{m}");
+    }
+    let log = ccm.log();
+    assert!(
+        log.contains("default/boom panicked") && log.contains("injected panic"),
+        "the log names the key and the panic:\n{log}"
+    );
+    assert_eq!(ccm.get("/healthz").await?.0, 200);
+    Ok(())
+}

@@ -126,6 +126,8 @@ struct State {
     calls: Vec<String>,
     load_balancers: BTreeMap<String, FakeLoadBalancer>,
     routes: BTreeMap<String, Route>,
+    /// `(prefix, remaining)`: calls starting with `prefix` panic while `remaining` > 0.
+    panics: Vec<(String, u32)>,
 }
 
 /// The fake provider. Cheap to clone; clones share state.
@@ -213,6 +215,12 @@ impl FakeCloud {
         self.hangs.lock().push(prefix.to_string());
     }
 
+    /// Makes the next `times` calls whose `"<method> <detail>"` starts with `prefix` panic (a
+    /// provider bug), e.g. `"EnsureLoadBalancer default/boom"`.
+    pub fn panic_on(&self, prefix: &str, times: u32) {
+        self.state.lock().panics.push((prefix.to_string(), times));
+    }
+
     /// Every call so far.
     pub fn calls(&self) -> Vec<String> {
         self.state.lock().calls.clone()
@@ -264,6 +272,15 @@ impl FakeCloud {
         } else {
             format!("{method} {detail}")
         });
+        if let Some((_, remaining)) = s
+            .panics
+            .iter_mut()
+            .find(|(prefix, remaining)| *remaining > 0 && call.starts_with(prefix.as_str()))
+        {
+            *remaining -= 1;
+            drop(s);
+            panic!("fake cloud: injected panic in {call:?}");
+        }
         match s.failures.get(method) {
             Some(e) => Err(e.to_error()),
             None => Ok(()),
@@ -530,6 +547,19 @@ pub struct FakeConfig {
     /// Instances by node name.
     #[serde(default)]
     pub instances: BTreeMap<String, FakeConfigInstance>,
+    /// Injected panics (see [`FakeCloud::panic_on`]).
+    #[serde(default)]
+    pub panics: Vec<FakeConfigPanic>,
+}
+
+/// One injected panic of [`FakeConfig`]: `{"call": "EnsureLoadBalancer default/boom", "times": 2}`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FakeConfigPanic {
+    /// Prefix of `"<method> <detail>"`.
+    pub call: String,
+    /// How many matching calls panic.
+    pub times: u32,
 }
 
 /// One instance of [`FakeConfig`].
@@ -577,6 +607,9 @@ pub fn factory() -> crate::registry::Factory {
                         ..Default::default()
                     },
                 );
+            }
+            for p in parsed.panics {
+                cloud.panic_on(&p.call, p.times);
             }
             Ok(Arc::new(cloud) as Arc<dyn CloudProvider>)
         })

@@ -44,10 +44,14 @@ pub struct Metrics {
     /// `running_managed_controllers{name, manager}`: 1 while a controller runs.
     pub running_managed_controllers: IntGaugeVec,
     /// `controller_reconcile_total{controller, result}`: reconciles per controller and outcome
-    /// (`success`, `error`, `requeue`).
+    /// (`success`, `error`, `requeue`, `panic`).
     pub reconcile_total: IntCounterVec,
     /// `controller_reconcile_duration_seconds{controller}`.
     pub reconcile_duration: HistogramVec,
+    /// `controller_panics_total{controller}`: panics caught in a controller (one reconcile or
+    /// one periodic pass; the key or pass is retried), and controllers whose task ended by a
+    /// panic (the process then exits).
+    pub panics_total: IntCounterVec,
 }
 
 impl Default for Metrics {
@@ -125,7 +129,7 @@ impl Metrics {
         let reconcile_total = IntCounterVec::new(
             Opts::new(
                 "controller_reconcile_total",
-                "Reconciles per controller and result (success, error, requeue).",
+                "Reconciles per controller and result (success, error, requeue, panic).",
             ),
             &["controller", "result"],
         )
@@ -140,6 +144,15 @@ impl Metrics {
         )
         .expect("valid metric");
 
+        let panics_total = IntCounterVec::new(
+            Opts::new(
+                "controller_panics_total",
+                "Panics caught per controller (the reconcile is retried with back-off).",
+            ),
+            &["controller"],
+        )
+        .expect("valid metric");
+
         let metrics = Self {
             registry,
             workqueue,
@@ -147,6 +160,7 @@ impl Metrics {
             running_managed_controllers,
             reconcile_total,
             reconcile_duration,
+            panics_total,
         };
         let r = &metrics.registry;
         let w = &metrics.workqueue;
@@ -162,6 +176,7 @@ impl Metrics {
             Box::new(metrics.running_managed_controllers.clone()),
             Box::new(metrics.reconcile_total.clone()),
             Box::new(metrics.reconcile_duration.clone()),
+            Box::new(metrics.panics_total.clone()),
             Box::new(prometheus::process_collector::ProcessCollector::for_self()),
         ] {
             r.register(c).expect("generic metrics are registered once");

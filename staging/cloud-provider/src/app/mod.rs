@@ -166,6 +166,10 @@ pub enum AppError {
     /// A lease was lost (`leaderelection lost` or `migration leaderelection lost`).
     #[error("{0}")]
     LeaderElectionLost(&'static str),
+    /// A controller stopped on its own (a panic outside a reconcile, which are caught and
+    /// retried): the process exits 1 after releasing its leases, to be restarted.
+    #[error("{0}")]
+    ControllerFailed(String),
     /// The `--cloud-config` file changed (providers with
     /// [`ProviderSpec::restart_on_config_change`]); the process exits 1 to be restarted.
     #[error("the cloud config file {0} changed; exiting so that it is read again")]
@@ -744,8 +748,12 @@ impl<F: FnOnce() + Send + 'static> Held<'_, F> {
             });
         }
 
-        // Run until shutdown, then drain (the leases are still renewed meanwhile).
-        shutdown.cancelled().await;
+        // Run until shutdown or a controller's failure, then drain (the leases are still
+        // renewed meanwhile).
+        let failed = tokio::select! {
+            _ = shutdown.cancelled() => None,
+            _ = running.failed.token.cancelled() => running.failed.what.lock().clone(),
+        };
         info!("stopping controllers");
         controllers_stop.cancel();
         let stop = Instant::now();
@@ -768,7 +776,10 @@ impl<F: FnOnce() + Send + 'static> Held<'_, F> {
                 .set(0);
         }
         info!(took = ?stop.elapsed(), "cloud-controller-manager stopped");
-        Ok(())
+        match failed {
+            Some(why) => Err(AppError::ControllerFailed(why)),
+            None => Ok(()),
+        }
     }
 }
 
@@ -777,6 +788,61 @@ struct Running {
     ctx: ControllerContext,
     events: EventBroadcaster,
     handles: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Cancelled when a controller's task ends before shutdown (a panic outside a reconcile):
+    /// the controller manager then drains, releases its leases and exits non-zero.
+    failed: Arc<ControllerFailure>,
+}
+
+/// The first controller that stopped on its own, and why.
+#[derive(Default)]
+struct ControllerFailure {
+    token: CancellationToken,
+    what: parking_lot::Mutex<Option<String>>,
+}
+
+impl ControllerFailure {
+    fn report(&self, why: String) {
+        let mut what = self.what.lock();
+        if what.is_none() {
+            error!("{why}; stopping the controller manager (its leases are released)");
+            *what = Some(why);
+        }
+        self.token.cancel();
+    }
+}
+
+/// Watches a controller's task: a task that ends before `stop` (it panicked, or returned) is
+/// reported to `failed`, counted in `controller_panics_total` when it panicked, and its
+/// controller is no longer reported as running.
+fn supervise_controller(
+    name: &'static str,
+    handle: tokio::task::JoinHandle<()>,
+    failed: Arc<ControllerFailure>,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let result = handle.await;
+        if stop.is_cancelled() {
+            return;
+        }
+        metrics
+            .running_managed_controllers
+            .with_label_values(&[legacy_name(name), "cloud-controller-manager"])
+            .set(0);
+        let why = match result {
+            Ok(()) => format!("controller {name:?} stopped before shutdown"),
+            Err(e) if e.is_panic() => {
+                metrics.panics_total.with_label_values(&[name]).inc();
+                format!(
+                    "controller {name:?} panicked: {}",
+                    controllers::panic_message(e.into_panic().as_ref())
+                )
+            }
+            Err(e) => format!("controller {name:?} was cancelled: {e}"),
+        };
+        failed.report(why);
+    })
 }
 
 async fn prepare(
@@ -862,16 +928,17 @@ async fn prepare(
         ctx,
         events,
         handles: parking_lot::Mutex::new(handles),
+        failed: Arc::default(),
     })
 }
 
 /// Starts the enabled controllers among `names`.
 async fn start_set(
-    running: &Running,
+    running: &Arc<Running>,
     validated: &ValidatedOptions,
     registry: &ControllerRegistry,
     names: &[&str],
-    metrics: &Metrics,
+    metrics: &Arc<Metrics>,
     endpoints: &Endpoints,
 ) {
     let opts = &validated.options;
@@ -907,7 +974,15 @@ async fn start_set(
                         }
                     }),
                 );
-                running.handles.lock().push(handle);
+                let name = controllers::controller_spec(name).map_or("unknown", |c| c.name);
+                let supervised = supervise_controller(
+                    name,
+                    handle,
+                    running.failed.clone(),
+                    metrics.clone(),
+                    running.ctx.shutdown.clone(),
+                );
+                running.handles.lock().push(supervised);
             }
             Err(reason) => warn!(controller = name, reason = %reason, "Skipping {name:?}: {reason}"),
         }
@@ -915,5 +990,59 @@ async fn start_set(
             let jitter = 1.0 + rand::random::<f64>();
             tokio::time::sleep(opts.generic.controller_start_interval.mul_f64(jitter)).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_controller_task_that_panics_is_counted_and_reported_as_fatal() {
+        let metrics = Arc::new(Metrics::new());
+        let failed: Arc<ControllerFailure> = Arc::default();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(async { panic!("loop bug") });
+        supervise_controller(
+            "service-lb-controller",
+            task,
+            failed.clone(),
+            metrics.clone(),
+            stop,
+        )
+        .await
+        .expect("the watcher itself does not panic");
+        assert!(failed.token.is_cancelled());
+        let why = failed.what.lock().clone().expect("a reason");
+        assert!(
+            why.contains("\"service-lb-controller\" panicked: loop bug"),
+            "{why}"
+        );
+        assert_eq!(
+            metrics
+                .panics_total
+                .with_label_values(&["service-lb-controller"])
+                .get(),
+            1
+        );
+    }
+
+    #[tokio::test]
+    async fn a_controller_that_stops_at_shutdown_is_no_failure() {
+        let metrics = Arc::new(Metrics::new());
+        let failed: Arc<ControllerFailure> = Arc::default();
+        let stop = CancellationToken::new();
+        let s2 = stop.clone();
+        let task = tokio::spawn(async move { s2.cancelled().await });
+        let watcher = supervise_controller(
+            "cloud-node-controller",
+            task,
+            failed.clone(),
+            metrics,
+            stop.clone(),
+        );
+        stop.cancel();
+        watcher.await.expect("watcher");
+        assert!(!failed.token.is_cancelled());
     }
 }

@@ -486,12 +486,84 @@ pub fn start_controller(name: &str, ctx: &ControllerContext) -> Result<tokio::ta
     }
 }
 
+/// The message of a panic payload (`panic!("…")` carries a `&str` or a `String`).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(a panic without a message)".to_string()
+    }
+}
+
+/// Runs `fut` and catches a panic in it: `Ok(output)`, or `Err(message)` once the panic is
+/// logged (with `what`, e.g. the key) and counted in `controller_panics_total{controller}`.
+///
+/// Upstream's controllers let a panic crash the whole process (`HandleCrash` re-panics), so a
+/// single Service or Node whose data trips a bug keeps the whole cloud-controller-manager in a
+/// crash loop. Here one reconcile or one periodic pass fails alone and is retried; the others
+/// keep being served.
+pub async fn catch_panic<T>(
+    ctx: &ControllerContext,
+    controller: &'static str,
+    what: &str,
+    fut: impl Future<Output = T>,
+) -> Result<T, String> {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
+        Ok(output) => Ok(output),
+        Err(payload) => {
+            let message = panic_message(payload.as_ref());
+            ctx.metrics.panics_total.with_label_values(&[controller]).inc();
+            tracing::error!(controller, key = what, panic = %message, "{controller}: {what} panicked (retried): {message}");
+            Err(message)
+        }
+    }
+}
+
+/// Waits until `shutdown` is cancelled while the controller's own tasks (informer pumps,
+/// workers, periodic loops) run. If one of them ends before that, it is a bug (panics inside
+/// reconciles are caught by [`work`] and [`catch_panic`]): the controller then stops its
+/// other tasks and panics with the task's message, so that its own task ends by a panic, which
+/// the controller manager treats as fatal (it releases its leases and exits non-zero; the
+/// kubelet restarts it, as after upstream's crash).
+pub async fn supervise_tasks(
+    controller: &'static str,
+    shutdown: &CancellationToken,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) {
+    if tasks.is_empty() {
+        shutdown.cancelled().await;
+        return;
+    }
+    let ended = tokio::select! {
+        _ = shutdown.cancelled() => return,
+        (result, index, _) = futures::future::select_all(tasks.iter_mut()) => (result, index),
+    };
+    if shutdown.is_cancelled() {
+        return;
+    }
+    let (result, index) = ended;
+    tasks.remove(index);
+    for t in tasks.iter() {
+        t.abort();
+    }
+    let why = match result {
+        Err(e) if e.is_panic() => panic_message(e.into_panic().as_ref()),
+        Err(e) => e.to_string(),
+        Ok(()) => "returned before shutdown".to_string(),
+    };
+    panic!("{controller}: one of its tasks stopped: {why}");
+}
+
 /// The worker loop shared by the queue-driven controllers (client-go's `processNextWorkItem`):
 /// takes keys from `queue` until it shuts down; reconciles each inside `span`; records
 /// `controller_reconcile_duration_seconds` and `controller_reconcile_total{result}`; on
 /// success forgets the key's failures; on error re-adds it after the provider's fixed delay
-/// (`retry_after`, result `requeue`) or with the queue's back-off (result `error`); always
-/// marks the key done.
+/// (`retry_after`, result `requeue`) or with the queue's back-off (result `error`); a panic
+/// in the reconcile is caught, logged with the key, counted (`controller_panics_total`,
+/// result `panic`) and the key retried with the queue's back-off; always marks the key done.
 pub async fn work<K, E, Fut>(
     ctx: &ControllerContext,
     controller: &'static str,
@@ -507,17 +579,25 @@ pub async fn work<K, E, Fut>(
     use tracing::Instrument;
     while let Some(key) = queue.get().await {
         let start = std::time::Instant::now();
-        let result = reconcile(key.clone()).instrument(span(&key)).await;
+        let span = span(&key);
+        let result = catch_panic(
+            ctx,
+            controller,
+            &key.to_string(),
+            reconcile(key.clone()).instrument(span.clone()),
+        )
+        .instrument(span)
+        .await;
         ctx.metrics
             .reconcile_duration
             .with_label_values(&[controller])
             .observe(start.elapsed().as_secs_f64());
         let outcome = match &result {
-            Ok(()) => {
+            Ok(Ok(())) => {
                 queue.forget(&key);
                 "success"
             }
-            Err(e) => match retry_after(e) {
+            Ok(Err(e)) => match retry_after(e) {
                 Some(delay) => {
                     tracing::warn!(controller, key = %key, error = %e, "error syncing {key} (retrying in {delay:?}): {e}");
                     queue.add_after(key.clone(), delay);
@@ -529,11 +609,46 @@ pub async fn work<K, E, Fut>(
                     "error"
                 }
             },
+            Err(_) => {
+                queue.add_rate_limited(key.clone());
+                "panic"
+            }
         };
         ctx.metrics
             .reconcile_total
             .with_label_values(&[controller, outcome])
             .inc();
         queue.done(&key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio_util::sync::CancellationToken;
+
+    #[tokio::test]
+    async fn a_task_that_panics_outside_a_reconcile_makes_its_controller_panic() {
+        let shutdown = CancellationToken::new();
+        let mut tasks = vec![
+            tokio::spawn(std::future::pending::<()>()),
+            tokio::spawn(async { panic!("pump bug") }),
+        ];
+        let pending = tasks[0].abort_handle();
+        let controller =
+            tokio::spawn(async move { super::supervise_tasks("c", &shutdown, &mut tasks).await }).await;
+        let err = controller.expect_err("the controller's task panics");
+        let message = super::panic_message(err.into_panic().as_ref());
+        assert_eq!(message, "c: one of its tasks stopped: pump bug");
+        tokio::task::yield_now().await;
+        assert!(pending.is_finished(), "the other tasks are stopped");
+    }
+
+    #[tokio::test]
+    async fn shutdown_ends_supervision_quietly() {
+        let shutdown = CancellationToken::new();
+        let mut tasks = vec![tokio::spawn(std::future::pending::<()>())];
+        shutdown.cancel();
+        super::supervise_tasks("c", &shutdown, &mut tasks).await;
+        assert_eq!(tasks.len(), 1);
     }
 }

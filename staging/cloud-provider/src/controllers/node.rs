@@ -153,7 +153,10 @@ impl CloudNodeController {
             tokio::spawn(async move {
                 loop {
                     let start = tokio::time::Instant::now();
-                    this.update_node_status().await;
+                    // A panic fails this pass only (counted; the next period retries).
+                    let _ =
+                        super::catch_panic(&this.ctx, NAME, "node status update", this.update_node_status())
+                            .await;
                     // Sliding period: the next run starts a full period after this one ended.
                     tokio::select! {
                         _ = tokio::time::sleep(this.ctx.config.node_status_update_frequency) => {}
@@ -169,12 +172,19 @@ impl CloudNodeController {
                 tokio::spawn(async move { this.worker().await })
             })
             .collect();
-        this.ctx.shutdown.cancelled().await;
+        let workers_len = workers.len();
+        let mut tasks = workers;
+        tasks.push(pump);
+        tasks.push(status_loop);
+        super::supervise_tasks(NAME, &this.ctx.shutdown, &mut tasks).await;
         this.queue.shut_down();
-        pump.abort();
-        status_loop.abort();
-        for w in workers {
-            let _ = w.await;
+        // Workers finish the reconcile in hand (the queue is shut down); pumps and loops stop.
+        let worker_count = workers_len;
+        for (i, t) in tasks.into_iter().enumerate() {
+            if i >= worker_count {
+                t.abort();
+            }
+            let _ = t.await;
         }
     }
 

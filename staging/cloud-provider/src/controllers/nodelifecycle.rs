@@ -87,7 +87,9 @@ impl CloudNodeLifecycleController {
             if self.ctx.shutdown.is_cancelled() {
                 return;
             }
-            self.monitor_node(&node).await;
+            let name = node.metadata.name.as_deref().unwrap_or_default();
+            // A panic on one Node fails that Node's check only (retried next period).
+            let _ = super::catch_panic(&self.ctx, NAME, name, self.monitor_node(&node)).await;
         }
     }
 

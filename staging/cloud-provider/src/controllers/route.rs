@@ -221,10 +221,20 @@ impl RouteController {
                 _ = self.ctx.shutdown.cancelled() => return,
             }
             let start = Instant::now();
-            let ok = self
-                .reconcile()
-                .instrument(info_span!("reconcile", controller = NAME))
-                .await;
+            // A panic fails this pass only (counted; the next tick retries).
+            let ok = super::catch_panic(
+                &self.ctx,
+                NAME,
+                "routes",
+                self.reconcile()
+                    .instrument(info_span!("reconcile", controller = NAME)),
+            )
+            .await;
+            let outcome = match ok {
+                Ok(true) => "success",
+                Ok(false) => "error",
+                Err(_) => "panic",
+            };
             self.ctx.cloud_metrics.route_sync_total.inc();
             self.ctx
                 .metrics
@@ -234,7 +244,7 @@ impl RouteController {
             self.ctx
                 .metrics
                 .reconcile_total
-                .with_label_values(&[NAME, if ok { "success" } else { "error" }])
+                .with_label_values(&[NAME, outcome])
                 .inc();
         }
     }

@@ -191,7 +191,9 @@ impl ServiceController {
             let this = this.clone();
             tokio::spawn(async move {
                 while let Some(key) = this.node_queue.get().await {
-                    this.sync_nodes().await;
+                    // A panic fails this pass only (counted); the next node change or resync
+                    // retries.
+                    let _ = super::catch_panic(&this.ctx, NAME, "node sync", this.sync_nodes()).await;
                     this.node_queue.forget(&key);
                     this.node_queue.done(&key);
                 }
@@ -203,14 +205,19 @@ impl ServiceController {
                 tokio::spawn(async move { this.service_worker().await })
             })
             .collect();
-        this.ctx.shutdown.cancelled().await;
+        let workers_len = workers.len();
+        let mut tasks = workers;
+        tasks.extend([service_pump, node_pump, node_worker]);
+        super::supervise_tasks(NAME, &this.ctx.shutdown, &mut tasks).await;
         this.service_queue.shut_down();
         this.node_queue.shut_down();
-        service_pump.abort();
-        node_pump.abort();
-        let _ = node_worker.await;
-        for w in workers {
-            let _ = w.await;
+        // Workers finish the reconcile in hand (the queue is shut down); pumps and loops stop.
+        let worker_count = workers_len;
+        for (i, t) in tasks.into_iter().enumerate() {
+            if i >= worker_count {
+                t.abort();
+            }
+            let _ = t.await;
         }
     }
 
