@@ -9,7 +9,6 @@
 
 use std::{
     collections::BTreeMap,
-    convert::Infallible,
     net::SocketAddr,
     path::Path,
     sync::{Arc, Mutex},
@@ -39,6 +38,116 @@ pub enum Action {
     Drop,
     /// No answer at all (until the client gives up).
     Hang,
+    /// The connection is reset without an answer (hyper drops it mid-exchange).
+    Reset,
+    /// The request is forwarded (so the operation happens) but the answer is replaced by
+    /// this status and body: a lost answer.
+    LoseAnswer {
+        /// HTTP status.
+        status: u16,
+        /// Body.
+        body: String,
+    },
+}
+
+/// One kind of fault injected at random by [`FaultProxy::set_random_faults`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// The service's throttling error: EC2 `RequestLimitExceeded` (503), ELB/ELBv2
+    /// `Throttling` (400).
+    Throttle,
+    /// `500 InternalError`.
+    InternalError,
+    /// `503 ServiceUnavailable` / `Unavailable`.
+    Unavailable,
+    /// The connection is reset without an answer.
+    Reset,
+    /// Forwarded after 0.5–2 s.
+    Delay,
+    /// Forwarded (the operation happens), then answered `500 InternalError`.
+    LostAnswer,
+}
+
+impl FaultKind {
+    /// Every kind.
+    pub const ALL: [FaultKind; 6] = [
+        Self::Throttle,
+        Self::InternalError,
+        Self::Unavailable,
+        Self::Reset,
+        Self::Delay,
+        Self::LostAnswer,
+    ];
+}
+
+/// Random faults: each request that matches `only` (all substrings; empty = every request)
+/// gets a fault with probability `share`, of a kind drawn uniformly from `kinds`.
+#[derive(Debug, Clone)]
+pub struct RandomFaults {
+    /// Probability of a fault per request (0.0–1.0).
+    pub share: f64,
+    /// The kinds drawn from.
+    pub kinds: Vec<FaultKind>,
+    /// Substrings a request must contain to be faulted (e.g. `Action=`).
+    pub only: Vec<String>,
+}
+
+/// The AWS error document of `code` for the API a query-protocol request body belongs to
+/// (EC2's `<Response><Errors>` form, or ELB/ELBv2's `<ErrorResponse>` form).
+pub fn aws_error_body(request_body: &str, code: &str, message: &str) -> String {
+    if request_body.contains("Version=2016-11-15") {
+        format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Response><Errors><Error><Code>{code}</Code><Message>{message}</Message></Error></Errors><RequestID>fault-proxy</RequestID></Response>"
+        )
+    } else {
+        format!(
+            "<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code><Message>{message}</Message></Error><RequestId>fault-proxy</RequestId></ErrorResponse>"
+        )
+    }
+}
+
+impl RandomFaults {
+    /// The action for one request of this `body`, or `None` (forwarded unchanged).
+    fn draw(&self, haystack: &str, body: &str) -> Option<Action> {
+        use rand::Rng;
+        if self.kinds.is_empty() || !self.only.iter().all(|m| haystack.contains(m.as_str())) {
+            return None;
+        }
+        let mut rng = rand::rng();
+        if !rng.random_bool(self.share.clamp(0.0, 1.0)) {
+            return None;
+        }
+        let kind = self.kinds[rng.random_range(0..self.kinds.len())];
+        let ec2 = body.contains("Version=2016-11-15");
+        Some(match kind {
+            FaultKind::Throttle if ec2 => Action::Respond {
+                status: 503,
+                body: aws_error_body(body, "RequestLimitExceeded", "Request limit exceeded."),
+            },
+            FaultKind::Throttle => Action::Respond {
+                status: 400,
+                body: aws_error_body(body, "Throttling", "Rate exceeded"),
+            },
+            FaultKind::InternalError => Action::Respond {
+                status: 500,
+                body: aws_error_body(body, "InternalError", "An internal error has occurred"),
+            },
+            FaultKind::Unavailable => Action::Respond {
+                status: 503,
+                body: aws_error_body(
+                    body,
+                    if ec2 { "Unavailable" } else { "ServiceUnavailable" },
+                    "The service is unavailable",
+                ),
+            },
+            FaultKind::Reset => Action::Reset,
+            FaultKind::Delay => Action::Delay(Duration::from_millis(rng.random_range(500..2000))),
+            FaultKind::LostAnswer => Action::LoseAnswer {
+                status: 500,
+                body: aws_error_body(body, "InternalError", "An internal error has occurred"),
+            },
+        })
+    }
 }
 
 impl Action {
@@ -76,8 +185,10 @@ impl Rule {
 #[derive(Default)]
 struct State {
     rules: Vec<Rule>,
+    random: Option<RandomFaults>,
     counts: BTreeMap<String, usize>,
     faulted: usize,
+    faulted_by_kind: BTreeMap<String, usize>,
 }
 
 /// A running proxy; stops when dropped.
@@ -166,7 +277,7 @@ impl FaultProxy {
                 tokio::spawn(async move {
                     let service = service_fn(move |req: Request<Incoming>| {
                         let (state, client, upstream) = (state.clone(), client.clone(), upstream.clone());
-                        async move { Ok::<_, Infallible>(handle(req, &state, &client, &upstream).await) }
+                        async move { handle(req, &state, &client, &upstream).await }
                     });
                     let builder = hyper::server::conn::http1::Builder::new();
                     match tls {
@@ -205,9 +316,32 @@ impl FaultProxy {
         self.state.lock().expect("proxy state").counts.clone()
     }
 
-    /// Requests answered by a rule so far.
+    /// Requests answered by a rule or a random fault so far.
     pub fn faulted(&self) -> usize {
         self.state.lock().expect("proxy state").faulted
+    }
+
+    /// Injects random faults into the requests no rule matches (`None` stops).
+    pub fn set_random_faults(&self, faults: Option<RandomFaults>) {
+        self.state.lock().expect("proxy state").random = faults;
+    }
+
+    /// Random faults injected so far, by kind (`Throttle`, `Reset`, …).
+    pub fn faulted_by_kind(&self) -> BTreeMap<String, usize> {
+        self.state.lock().expect("proxy state").faulted_by_kind.clone()
+    }
+
+    /// Every request seen so far.
+    pub fn total(&self) -> usize {
+        self.state.lock().expect("proxy state").counts.values().sum()
+    }
+
+    /// Forgets the counts.
+    pub fn reset_counts(&self) {
+        let mut s = self.state.lock().expect("proxy state");
+        s.counts.clear();
+        s.faulted = 0;
+        s.faulted_by_kind.clear();
     }
 }
 
@@ -227,7 +361,7 @@ async fn handle(
     state: &Mutex<State>,
     client: &reqwest::Client,
     upstream: &str,
-) -> Response<ProxyBody> {
+) -> Result<Response<ProxyBody>, std::io::Error> {
     let (parts, body) = req.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     let text = String::from_utf8_lossy(&body).to_string();
@@ -240,16 +374,37 @@ async fn handle(
         let mut s = state.lock().expect("proxy state");
         *s.counts.entry(request_kind(&path, &text)).or_default() += 1;
         let haystack = format!("{path}\n{text}");
-        let found = s
+        let mut found = s
             .rules
             .iter()
             .find(|r| r.matches.iter().all(|m| haystack.contains(m.as_str())))
             .map(|r| r.action.clone());
+        if found.is_none()
+            && let Some(random) = &s.random
+        {
+            found = random.draw(&haystack, &text);
+            if let Some(a) = &found {
+                let kind = match a {
+                    Action::Respond { body, .. } => body
+                        .split("<Code>")
+                        .nth(1)
+                        .and_then(|c| c.split('<').next())
+                        .unwrap_or("Respond")
+                        .to_string(),
+                    Action::Delay(_) => "Delay".into(),
+                    Action::Reset => "Reset".into(),
+                    Action::LoseAnswer { .. } => "LostAnswer".into(),
+                    Action::Drop | Action::Hang => "Other".into(),
+                };
+                *s.faulted_by_kind.entry(kind).or_default() += 1;
+            }
+        }
         if found.is_some() {
             s.faulted += 1;
         }
         found
     };
+    let mut lose_answer = None;
     let outcome = match action {
         None => Outcome::Forward,
         Some(Action::Delay(d)) => {
@@ -269,6 +424,11 @@ async fn handle(
                 .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
             Outcome::Answer(r)
         }
+        Some(Action::Reset) => return Err(std::io::Error::other("fault proxy: connection reset")),
+        Some(Action::LoseAnswer { status, body }) => {
+            lose_answer = Some((status, body));
+            Outcome::Forward
+        }
         Some(Action::Respond { status, body }) => {
             let mut r = Response::new(full(body));
             *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -280,7 +440,7 @@ async fn handle(
         }
     };
     if let Outcome::Answer(r) = outcome {
-        return r;
+        return Ok(r);
     }
     let mut forward = client.request(parts.method.clone(), format!("{upstream}{path}"));
     for (name, value) in &parts.headers {
@@ -291,7 +451,21 @@ async fn handle(
             forward = forward.header(name, value);
         }
     }
-    match forward.body(body).send().await {
+    let sent = forward.body(body).send().await;
+    if let Some((status, body)) = lose_answer {
+        // The operation happened upstream (its answer is read and thrown away).
+        if let Ok(resp) = sent {
+            let _ = resp.bytes().await;
+        }
+        let mut r = Response::new(full(body));
+        *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        r.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/xml; charset=utf-8"),
+        );
+        return Ok(r);
+    }
+    Ok(match sent {
         Ok(resp) => {
             let status = resp.status();
             let headers = resp.headers().clone();
@@ -321,7 +495,7 @@ async fn handle(
             *r.status_mut() = StatusCode::BAD_GATEWAY;
             r
         }
-    }
+    })
 }
 
 #[cfg(test)]

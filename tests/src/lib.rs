@@ -7,10 +7,13 @@
 //! - [`Vcsim`]: govmomi's vCenter simulator.
 //! - [`imds::ImdsStub`]: an EC2 instance-metadata server for one instance of a moto world.
 //! - [`fault_proxy::FaultProxy`]: a rule-driven proxy that hides, empties, delays or drops
-//!   chosen requests to a test server.
+//!   chosen requests to a test server, or injects random faults.
+//! - [`aws_chaos::AwsChaosRig`]: the AWS CCM killed and restarted mid-operation, with the
+//!   cloud's state checked after every step of a Service's life.
 //!
 //! The servers are installed by `hack/install-test-deps.sh`; see [`paths`].
 
+pub mod aws_chaos;
 pub mod ccm;
 pub mod cluster;
 pub mod fault_proxy;

@@ -205,7 +205,9 @@ impl AwsCloud {
     /// After a type switch: waits (in the background) until the Service's status shows the
     /// new load balancer's hostname, then deletes the old one — so the Service is never without
     /// a load balancer. Gives up waiting after [`SWITCH_STATUS_WAIT`] and deletes anyway, unless
-    /// the Service went or wants the old kind again.
+    /// the Service went or wants the old kind again. A failed deletion is retried with back-off
+    /// (2 s doubling to 60 s) until it succeeds, the Service goes, or the process stops (a
+    /// restarted process deletes it in its first sync of the Service).
     fn delete_replaced_after_status_moves(&self, cluster: &str, svc: &Service, old: LbKind, new_dns: String) {
         let Some(ctx) = self.kube.get().cloned() else {
             return;
@@ -222,6 +224,9 @@ impl AwsCloud {
         tokio::spawn(async move {
             let services: kube::Api<Service> = kube::Api::namespaced(ctx.client.clone(), &ns);
             let deadline = tokio::time::Instant::now() + SWITCH_STATUS_WAIT;
+            // A failed deletion (throttling, a 5xx, a reset) is retried here with back-off: no
+            // other sync would come back to it (a Service is only synced again when it changes).
+            let mut pause = std::time::Duration::from_secs(2);
             loop {
                 let fresh = tokio::select! {
                     _ = ctx.shutdown.cancelled() => return,
@@ -232,10 +237,18 @@ impl AwsCloud {
                         if status_hostname(&s) == Some(new_dns.as_str())
                             || tokio::time::Instant::now() > deadline
                         {
-                            if let Err(e) = me.delete_replaced(&cluster, &s, old).await {
-                                tracing::warn!(service = %format!("{ns}/{name}"), error = %e, "could not delete the replaced load balancer; retried on the next sync");
+                            match me.delete_replaced(&cluster, &s, old).await {
+                                Ok(()) => return,
+                                Err(e) => {
+                                    tracing::warn!(service = %format!("{ns}/{name}"), error = %e, retry_in = ?pause, "could not delete the replaced load balancer; retrying");
+                                    tokio::select! {
+                                        _ = ctx.shutdown.cancelled() => return,
+                                        _ = tokio::time::sleep(pause) => {}
+                                    }
+                                    pause = (pause * 2).min(std::time::Duration::from_secs(60));
+                                    continue;
+                                }
                             }
-                            return;
                         }
                     }
                     // Gone (its deletion removes every kind) or replaced by another object.
