@@ -34,6 +34,10 @@ pub struct TestCluster {
     server: String,
     admin_token: String,
     kubeconfig: PathBuf,
+    etcd_url: String,
+    apiserver_bin: PathBuf,
+    apiserver_args: Vec<String>,
+    apiserver_starts: usize,
     dir: TempDir,
     _etcd_tmpfs: Option<TempDir>,
 }
@@ -112,28 +116,29 @@ impl TestCluster {
         )?;
 
         let secure_port = free_port();
+        let apiserver_args: Vec<String> = vec![
+            format!("--etcd-servers={client_url}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={secure_port}"),
+            "--insecure-port=0".into(),
+            format!("--cert-dir={}", d.join("certs").display()),
+            format!("--token-auth-file={}", d.join("tokens.csv").display()),
+            format!("--service-account-key-file={}", sa_pub.display()),
+            format!("--service-account-signing-key-file={}", sa_key.display()),
+            "--service-account-issuer=https://kubernetes.default.svc".into(),
+            "--api-audiences=https://kubernetes.default.svc".into(),
+            "--authorization-mode=RBAC".into(),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--enable-priority-and-fairness=false".into(),
+            "--max-requests-inflight=2000".into(),
+            "--max-mutating-requests-inflight=1000".into(),
+            "--v=1".into(),
+        ];
         let apiserver = ManagedProcess::spawn(
             "kube-apiserver",
             &apiserver_bin,
-            &[
-                format!("--etcd-servers={client_url}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                format!("--secure-port={secure_port}"),
-                "--insecure-port=0".into(),
-                format!("--cert-dir={}", d.join("certs").display()),
-                format!("--token-auth-file={}", d.join("tokens.csv").display()),
-                format!("--service-account-key-file={}", sa_pub.display()),
-                format!("--service-account-signing-key-file={}", sa_key.display()),
-                "--service-account-issuer=https://kubernetes.default.svc".into(),
-                "--api-audiences=https://kubernetes.default.svc".into(),
-                "--authorization-mode=RBAC".into(),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
-                "--enable-priority-and-fairness=false".into(),
-                "--max-requests-inflight=2000".into(),
-                "--max-mutating-requests-inflight=1000".into(),
-                "--v=1".into(),
-            ],
+            &apiserver_args,
             &[],
             &d.join("kube-apiserver.log"),
             Signal::SIGKILL,
@@ -148,6 +153,10 @@ impl TestCluster {
             server,
             admin_token,
             kubeconfig,
+            etcd_url: client_url,
+            apiserver_bin,
+            apiserver_args,
+            apiserver_starts: 1,
             dir,
             _etcd_tmpfs: etcd_tmpfs,
         };
@@ -183,6 +192,64 @@ impl TestCluster {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Kills kube-apiserver with SIGKILL (etcd keeps running); [`TestCluster::start_apiserver`]
+    /// starts it again.
+    pub fn kill_apiserver(&mut self) {
+        self.apiserver.stop();
+    }
+
+    /// Starts kube-apiserver again (same port, flags, certificates and etcd) and waits until it
+    /// is ready; returns how long that took.
+    pub async fn start_apiserver(&mut self) -> Result<Duration> {
+        let started = Instant::now();
+        self.apiserver_starts += 1;
+        self.apiserver = ManagedProcess::spawn(
+            "kube-apiserver",
+            &self.apiserver_bin,
+            &self.apiserver_args,
+            &[],
+            &self
+                .dir
+                .path()
+                .join(format!("kube-apiserver-{}.log", self.apiserver_starts)),
+            Signal::SIGKILL,
+        )?;
+        self.wait_ready(Duration::from_secs(120)).await?;
+        Ok(started.elapsed())
+    }
+
+    /// Writes `writes` times to an unrelated etcd key (the revision moves on) and compacts
+    /// etcd at the newest revision, through etcd's JSON gateway. A watch that resumes from a
+    /// resource version from before then gets `410 Gone` (`too old resource version`).
+    /// Returns the compacted revision.
+    pub async fn compact_etcd(&self, writes: usize) -> Result<i64> {
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let http = reqwest::Client::new();
+        let mut revision = 0i64;
+        for i in 0..writes.max(1) {
+            let answer: serde_json::Value = http
+                .post(format!("{}/v3/kv/put", self.etcd_url))
+                .json(&serde_json::json!({"key": b64("/rcp-test/bump"), "value": b64(&i.to_string())}))
+                .send()
+                .await?
+                .error_for_status()?
+                .json()
+                .await?;
+            revision = answer["header"]["revision"]
+                .as_str()
+                .and_then(|r| r.parse().ok())
+                .context("etcd put answered no revision")?;
+        }
+        http.post(format!("{}/v3/kv/compaction", self.etcd_url))
+            .json(&serde_json::json!({"revision": revision.to_string(), "physical": true}))
+            .send()
+            .await?
+            .error_for_status()
+            .context("compacting etcd")?;
+        Ok(revision)
     }
 
     /// The API server URL (`https://127.0.0.1:<port>`).

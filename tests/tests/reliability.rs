@@ -150,3 +150,186 @@ async fn load_balancers_converge_under_30_percent_cloud_faults() -> Result<()> {
     }
     Ok(())
 }
+
+fn fake_cloud_config(cluster: &rcp_e2e::TestCluster, nodes: usize) -> Result<std::path::PathBuf> {
+    let instances: serde_json::Map<String, serde_json::Value> = (0..nodes)
+        .map(|i| {
+            (
+                format!("node-{i}"),
+                serde_json::json!({"providerID": format!("fake://i-{i}"), "instanceType": "fake.large",
+                    "zone": "z", "region": "r",
+                    "addresses": [{"type": "InternalIP", "address": format!("10.2.0.{}", i + 1)}]}),
+            )
+        })
+        .collect();
+    let path = cluster.dir().join("fake-cloud.json");
+    std::fs::write(
+        &path,
+        serde_json::to_vec(&serde_json::json!({ "instances": instances }))?,
+    )?;
+    Ok(path)
+}
+
+fn lb_service(name: &str) -> k8s_openapi::api::core::v1::Service {
+    rcp_e2e::k8s::load_balancer_service(name, &[], &[(80, "http")])
+}
+
+/// kube-apiserver killed with SIGKILL and restarted on the same etcd, twice, with etcd
+/// compacted past the informers' resource versions while it is down (their watches resume
+/// with `410 Gone` and must re-list). The CCM stays up (the outage is shorter than the renew
+/// deadline), and Nodes and Services created and deleted right after each restart are all
+/// handled. Prints the recovery time of each round.
+#[tokio::test]
+async fn informers_recover_from_api_server_restarts_and_etcd_compaction() -> Result<()> {
+    use k8s_openapi::api::core::v1::{Node, Service};
+    use kube::{
+        Api,
+        api::{DeleteParams, PostParams},
+    };
+    use rcp_e2e::k8s::{initialised, tainted_node, wait_for, wait_for_ingress};
+    let mut cluster = rcp_e2e::TestCluster::start().await?;
+    let config = fake_cloud_config(&cluster, 4)?;
+    let mut ccm = rcp_e2e::ccm::CcmProcess::start(
+        "fake-cloud-controller-manager",
+        "ccm",
+        cluster.kubeconfig_path(),
+        cluster.dir(),
+        &[
+            format!("--cloud-config={}", config.display()),
+            "--cluster-cidr=10.244.0.0/16".to_string(),
+        ],
+    )?;
+    let client = cluster.client().await?;
+    let (nodes, services): (Api<Node>, Api<Service>) =
+        (Api::all(client.clone()), Api::namespaced(client, "default"));
+    nodes
+        .create(&PostParams::default(), &tainted_node("node-0"))
+        .await?;
+    services
+        .create(&PostParams::default(), &lb_service("svc-0"))
+        .await?;
+    wait_for("node-0 initialised", LIMIT, || initialised(&nodes, "node-0")).await?;
+    wait_for_ingress(&services, "svc-0", LIMIT).await?;
+
+    for round in 1..=2 {
+        // A change in flight when the API server dies.
+        nodes
+            .create(&PostParams::default(), &tainted_node(&format!("node-{round}")))
+            .await?;
+        cluster.kill_apiserver();
+        let revision = cluster.compact_etcd(50).await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let took = cluster.start_apiserver().await?;
+        let back = Instant::now();
+        let client = cluster.client().await?;
+        let (nodes, services): (Api<Node>, Api<Service>) =
+            (Api::all(client.clone()), Api::namespaced(client, "default"));
+        // Changes made right after the restart, while the informers are still reconnecting.
+        let name = format!("svc-{round}");
+        services
+            .create(&PostParams::default(), &lb_service(&name))
+            .await?;
+        services
+            .delete(&format!("svc-{}", round - 1), &DeleteParams::default())
+            .await?;
+        let node = format!("node-{round}");
+        wait_for("the new Node initialised", LIMIT, || initialised(&nodes, &node)).await?;
+        wait_for_ingress(&services, &name, LIMIT).await?;
+        wait_for("the deleted Service's finalizer removed", LIMIT, || async {
+            services
+                .get_opt(&format!("svc-{}", round - 1))
+                .await
+                .ok()
+                .and_then(|s| s.is_none().then_some(()))
+        })
+        .await?;
+        println!(
+            "API server restart {round}: etcd compacted at revision {revision}, API server ready {took:.1?} after start; Node initialised, Service provisioned and another deleted {:.1?} after that",
+            back.elapsed()
+        );
+        ccm.check_running()?;
+    }
+    let log = ccm.log();
+    assert!(
+        !log.contains("leaderelection lost"),
+        "a 3 s outage must not cost the lease"
+    );
+    let gone = log.matches("too old resource version").count();
+    println!("watches that resumed with 410 Gone (and re-listed): {gone}");
+    assert!(gone > 0, "the compaction expired the informers' watches:\n{log}");
+    Ok(())
+}
+
+/// An API-server outage longer than the renew deadline: the leader cannot renew, so it stops
+/// (exit 1, `leaderelection lost`, as upstream's CCM, whose kubelet then restarts it) rather
+/// than act without a lease. Once the API server is back a new process takes the lease and
+/// works. Prints the times.
+#[tokio::test]
+async fn an_outage_longer_than_the_renew_deadline_makes_the_leader_exit_and_a_restart_recovers() -> Result<()>
+{
+    use k8s_openapi::api::core::v1::Node;
+    use kube::{Api, api::PostParams};
+    use rcp_e2e::k8s::{initialised, tainted_node, wait_for};
+    let mut cluster = rcp_e2e::TestCluster::start().await?;
+    let config = fake_cloud_config(&cluster, 2)?;
+    let args = [
+        format!("--cloud-config={}", config.display()),
+        "--cluster-cidr=10.244.0.0/16".to_string(),
+        "--leader-elect-lease-duration=8s".to_string(),
+        "--leader-elect-renew-deadline=5s".to_string(),
+        "--leader-elect-retry-period=1s".to_string(),
+    ];
+    let mut ccm = rcp_e2e::ccm::CcmProcess::start(
+        "fake-cloud-controller-manager",
+        "ccm-a",
+        cluster.kubeconfig_path(),
+        cluster.dir(),
+        &args,
+    )?;
+    let nodes: Api<Node> = Api::all(cluster.client().await?);
+    nodes
+        .create(&PostParams::default(), &tainted_node("node-0"))
+        .await?;
+    if let Err(e) = wait_for("node-0 initialised", LIMIT, || initialised(&nodes, "node-0")).await {
+        panic!("{e}\n{}", ccm.log());
+    }
+
+    cluster.kill_apiserver();
+    let down = Instant::now();
+    let code = ccm.wait_exit(Duration::from_secs(60))?;
+    let exited_after = down.elapsed();
+    assert_eq!(
+        code,
+        Some(1),
+        "the leader exits 1 when it cannot renew:\n{}",
+        ccm.log()
+    );
+    assert!(ccm.log().contains("leaderelection lost"), "{}", ccm.log());
+    assert!(
+        exited_after >= Duration::from_secs(4),
+        "not before the renew deadline (5 s, less one retry period): {exited_after:?}"
+    );
+    let took = cluster.start_apiserver().await?;
+    let back = Instant::now();
+    let ccm = rcp_e2e::ccm::CcmProcess::start(
+        "fake-cloud-controller-manager",
+        "ccm-b",
+        cluster.kubeconfig_path(),
+        cluster.dir(),
+        &args,
+    )?;
+    let nodes: Api<Node> = Api::all(cluster.client().await?);
+    nodes
+        .create(&PostParams::default(), &tainted_node("node-1"))
+        .await?;
+    wait_for("node-1 initialised by the restarted CCM", LIMIT, || {
+        initialised(&nodes, "node-1")
+    })
+    .await?;
+    println!(
+        "outage > renew deadline: the leader exited {exited_after:.1?} after the API server died; API server back in {took:.1?}; a restarted CCM initialised a new Node {:.1?} later",
+        back.elapsed()
+    );
+    drop(ccm);
+    Ok(())
+}
