@@ -426,6 +426,7 @@ impl AwsChaosRig {
             started: Some(Instant::now()),
             ..Default::default()
         };
+        let mut seen_lbs: BTreeSet<String> = BTreeSet::new();
         let one_lb = |inv: &Inventory, out: &mut Lifecycle, step: &str| {
             if inv.load_balancers(&key) != 1 {
                 out.problems.push(format!(
@@ -458,6 +459,7 @@ impl AwsChaosRig {
             })
             .await?;
         one_lb(&inv, &mut out, "create");
+        seen_lbs.extend(inv.classic.get(&key).into_iter().flatten().cloned());
         out.converged.push((Step::Create, t));
 
         // 2. Add port 443.
@@ -527,6 +529,7 @@ impl AwsChaosRig {
             };
             if nlb_dns.as_deref() == Some(host.as_str()) && inv.classic.get(&key).is_none_or(Vec::is_empty) {
                 one_lb(&inv, &mut out, "switching to an NLB");
+                seen_lbs.extend(inv.network.get(&key).into_iter().flatten().cloned());
                 let tgs = inv.target_groups.get(&key).map_or(0, Vec::len);
                 if tgs != 2 {
                     out.problems.push(format!(
@@ -557,6 +560,17 @@ impl AwsChaosRig {
             })
             .await?;
         out.converged.push((Step::Delete, t));
+        // The node group's rules for the Service's load balancers go before the NLB itself.
+        let names: Vec<String> = seen_lbs.iter().cloned().collect();
+        let left: Vec<String> = inv
+            .node_group_rules
+            .iter()
+            .filter(|r| names.iter().any(|n| r.contains(n.as_str())))
+            .cloned()
+            .collect();
+        if !left.is_empty() {
+            out.problems.push(format!("{key} after delete: node-group rules left {left:?}"));
+        }
         let orphans = inv.orphan_security_groups();
         if !orphans.is_empty() {
             out.problems

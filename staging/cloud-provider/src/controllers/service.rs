@@ -98,7 +98,29 @@ pub struct ServiceController {
     service_queue: WorkQueue<String>,
     node_queue: WorkQueue<String>,
     cache: Mutex<HashMap<String, CachedService>>,
+    /// One lock per Service key, held by its sync and by the node sync's update of it: the
+    /// cloud never sees an update of a load balancer interleaved with its deletion (found by
+    /// the crash trials: a restarted CCM's node sync re-granted an NLB's node rules while the
+    /// Service's deletion had just revoked them, and they outlived the NLB).
+    key_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     recorder: EventRecorder,
+}
+
+/// Holds one Service's key lock; drops the lock's map entry when no one else waits for it.
+struct KeyGuard<'a> {
+    locks: &'a Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    key: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for KeyGuard<'_> {
+    fn drop(&mut self) {
+        let mut locks = self.locks.lock();
+        self.guard.take();
+        if locks.get(&self.key).is_some_and(|l| Arc::strong_count(l) == 1) {
+            locks.remove(&self.key);
+        }
+    }
 }
 
 impl ServiceController {
@@ -122,6 +144,7 @@ impl ServiceController {
             service_queue,
             node_queue,
             cache: Mutex::new(HashMap::new()),
+            key_locks: Mutex::new(HashMap::new()),
             recorder: ctx.events.recorder(COMPONENT),
             ctx,
         })
@@ -229,13 +252,25 @@ impl ServiceController {
         }
     }
 
+    async fn lock_key(&self, key: &str) -> KeyGuard<'_> {
+        let lock = self.key_locks.lock().entry(key.to_string()).or_default().clone();
+        KeyGuard {
+            locks: &self.key_locks,
+            key: key.to_string(),
+            guard: Some(lock.lock_owned().await),
+        }
+    }
+
     async fn service_worker(&self) {
         super::work(
             &self.ctx,
             NAME,
             &self.service_queue,
             |key| info_span!("reconcile", controller = NAME, service = %key),
-            |key| async move { self.sync_service(&key).await },
+            |key| async move {
+                let _locked = self.lock_key(&key).await;
+                self.sync_service(&key).await
+            },
             ServiceSyncError::retry_delay,
         )
         .await;
@@ -553,10 +588,17 @@ impl ServiceController {
             .map(|key| {
                 let new_nodes = new_nodes.clone();
                 async move {
+                    let _locked = self.lock_key(&key).await;
+                    // Only a Service that still wants its load balancer: one being deleted
+                    // (or gone) is left to its own sync.
+                    let current = self.ctx.services.store().get(&key)?;
+                    if current.metadata.deletion_timestamp.is_some() || !wants_load_balancer(&current) {
+                        return None;
+                    }
                     let (service, old_nodes) = {
                         let mut cache = self.cache.lock();
                         let entry = cache.get_mut(&key)?;
-                        if !wants_load_balancer(&entry.state) {
+                        if !wants_load_balancer(&entry.state) || entry.state.metadata.uid != current.metadata.uid {
                             return None;
                         }
                         let old = load_balancer_backends(&entry.last_synced_nodes);
