@@ -569,7 +569,8 @@ impl AwsChaosRig {
             .cloned()
             .collect();
         if !left.is_empty() {
-            out.problems.push(format!("{key} after delete: node-group rules left {left:?}"));
+            out.problems
+                .push(format!("{key} after delete: node-group rules left {left:?}"));
         }
         let orphans = inv.orphan_security_groups();
         if !orphans.is_empty() {

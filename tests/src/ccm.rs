@@ -188,6 +188,13 @@ impl CcmProcess {
     }
 }
 
+impl Drop for CcmProcess {
+    /// Searches the process's whole log for the registered secrets (see [`crate::secrets`]).
+    fn drop(&mut self) {
+        crate::secrets::assert_none_in(&format!("the log of {}", self.name), &self.log());
+    }
+}
+
 /// Runs `binary` with `args` to completion (no cluster needed for flag errors): `(code, stdout, stderr)`.
 pub fn run_to_exit(binary: &str, args: &[&str]) -> Result<(i32, String, String)> {
     let bin = paths::workspace_binary(binary)?;

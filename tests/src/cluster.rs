@@ -110,6 +110,7 @@ impl TestCluster {
                 .arg(&sa_pub),
         )?;
         let admin_token = random_token();
+        crate::secrets::register(&admin_token);
         std::fs::write(
             d.join("tokens.csv"),
             format!("{admin_token},admin,admin,\"system:masters\"\n"),
@@ -376,6 +377,7 @@ impl TestCluster {
         let token = answer["status"]["token"]
             .as_str()
             .context("TokenRequest answered without a token")?;
+        crate::secrets::register(token);
         let user = "system:serviceaccount:kube-system:cloud-controller-manager";
         std::fs::write(&path, kubeconfig_yaml(&self.server, user, token, None))?;
         Ok(path)
@@ -389,6 +391,18 @@ impl TestCluster {
     /// Runs kubectl with `stdin` piped in (e.g. `apply -f -`).
     pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> Result<String> {
         kubectl(&self.kubeconfig, args, Some(stdin))
+    }
+}
+
+impl Drop for TestCluster {
+    /// Searches every Event of the cluster for the registered secrets (see [`crate::secrets`]).
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        if let Ok(events) = self.kubectl(&["get", "events", "--all-namespaces", "-o", "json"]) {
+            crate::secrets::assert_none_in("the cluster's Events", &events);
+        }
     }
 }
 

@@ -23,6 +23,7 @@ pub mod kcm;
 pub mod moto;
 pub mod paths;
 pub mod process;
+pub mod secrets;
 pub mod vcsim;
 
 pub use cluster::TestCluster;

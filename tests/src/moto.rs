@@ -159,7 +159,7 @@ impl Moto {
     pub fn sdk_env(&self) -> Vec<(&'static str, &'static str)> {
         vec![
             ("AWS_ACCESS_KEY_ID", "AKIDTEST"),
-            ("AWS_SECRET_ACCESS_KEY", "moto-test-secret"),
+            ("AWS_SECRET_ACCESS_KEY", crate::secrets::AWS_SECRET_ACCESS_KEY),
             ("AWS_EC2_METADATA_DISABLED", "true"),
             ("AWS_CONFIG_FILE", "/dev/null"),
             ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),

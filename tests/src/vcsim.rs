@@ -136,9 +136,10 @@ impl Vcsim {
         let (username, password) = creds.unwrap_or_else(|| {
             (
                 "k8s-user@vsphere.local".to_string(),
-                format!("pw-{}", rand::random::<u32>()),
+                format!("rcp-sentinel-pw-{}", rand::random::<u32>()),
             )
         });
+        crate::secrets::register(&password);
         // vcsim's built-in certificate has a 1024-bit RSA key, which rustls/aws-lc-rs (like
         // every current TLS stack's defaults) refuses; real vCenters use 2048+ bits. Give it a
         // 2048-bit certificate for 127.0.0.1 issued by a throw-away CA.

@@ -598,7 +598,9 @@ impl ServiceController {
                     let (service, old_nodes) = {
                         let mut cache = self.cache.lock();
                         let entry = cache.get_mut(&key)?;
-                        if !wants_load_balancer(&entry.state) || entry.state.metadata.uid != current.metadata.uid {
+                        if !wants_load_balancer(&entry.state)
+                            || entry.state.metadata.uid != current.metadata.uid
+                        {
                             return None;
                         }
                         let old = load_balancer_backends(&entry.last_synced_nodes);
