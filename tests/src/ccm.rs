@@ -119,6 +119,17 @@ impl CcmProcess {
             .sum()
     }
 
+    /// The sum of the `/metrics` samples whose line contains every one of `parts` (e.g.
+    /// `["controller_reconcile_total{", "controller=\"service-lb-controller\"", "result=\"error\""]`);
+    /// 0 when none does.
+    pub async fn metric_sum(&self, parts: &[&str]) -> f64 {
+        let Ok(m) = self.metrics().await else { return 0.0 };
+        m.lines()
+            .filter(|l| !l.starts_with('#') && parts.iter().all(|p| l.contains(p)))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
     /// The `--secure-port`.
     pub fn port(&self) -> u16 {
         self.port

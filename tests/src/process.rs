@@ -192,8 +192,65 @@ pub fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago.
+/// A TCP port on 127.0.0.1 for a server the tests start (etcd, kube-apiserver, moto, a CCM),
+/// which binds it itself a moment later. Two things keep that moment race-free:
+///
+/// - the port is outside the kernel's ephemeral range (`ip_local_port_range`), so no
+///   `bind(0)` and no outgoing connection of any process is given it meanwhile;
+/// - the test process holds an exclusive lock on `$TMPDIR/rcp-ports/<port>.lock` for the rest
+///   of its life, so no other test process (nextest runs several) picks it too. The kernel
+///   drops the lock when the process ends, however it ends.
 pub fn free_port() -> u16 {
+    use rand::Rng;
+    static HELD: std::sync::Mutex<Vec<File>> = std::sync::Mutex::new(Vec::new());
+    let (low, high) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| {
+            let mut it = r.split_whitespace().map(|v| v.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32768, 60999));
+    let range = if low > 11_000 {
+        10_000..low
+    } else {
+        high.saturating_add(1)..65_535
+    };
+    let dir = std::env::temp_dir().join("rcp-ports");
+    let _ = std::fs::create_dir_all(&dir);
+    for _ in 0..1000 {
+        let port = rand::rng().random_range(range.clone());
+        let Ok(lock) = File::create(dir.join(format!("{port}.lock"))) else {
+            continue;
+        };
+        if lock.try_lock().is_err() {
+            continue;
+        }
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            HELD.lock().unwrap_or_else(|e| e.into_inner()).push(lock);
+            return port;
+        }
+    }
+    // Fallback: a port the kernel had free a moment ago.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
     listener.local_addr().expect("local addr").port()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn free_ports_are_outside_the_ephemeral_range_and_never_handed_out_twice() {
+        let ports: Vec<u16> = (0..50).map(|_| super::free_port()).collect();
+        let mut unique = ports.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), ports.len());
+        let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+        if let Some(low) = range
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u16>().ok())
+        {
+            assert!(ports.iter().all(|p| *p < low), "{ports:?} vs {range}");
+        }
+    }
 }

@@ -149,10 +149,12 @@ async fn nodes_named_by_private_dns_or_instance_id_are_initialised_from_ec2() ->
     Ok(())
 }
 
+const LIFECYCLE: &str = "controller=\"cloud-node-lifecycle-controller\"";
+
 #[tokio::test]
 async fn stopped_instances_taint_terminated_ones_delete_and_a_failing_ec2_deletes_nothing() -> Result<()> {
     let mut env = env(3).await?;
-    let _ccm = start_ccm(&env, "ccm-aws-lifecycle", &["--node-monitor-period=1s"])?;
+    let ccm = start_ccm(&env, "ccm-aws-lifecycle", &["--node-monitor-period=1s"])?;
     let names: Vec<String> = env
         .world
         .instances
@@ -198,9 +200,24 @@ async fn stopped_instances_taint_terminated_ones_delete_and_a_failing_ec2_delete
     );
 
     // EC2 unreachable: nothing is deleted, whatever the node's state.
+    let passes = ["controller_reconcile_total{", LIFECYCLE];
+    let failed_calls = ["cloudprovider_api_calls_total{", LIFECYCLE, "result=\"error\""];
+    let (passes_before, failed_before) = (ccm.metric_sum(&passes).await, ccm.metric_sum(&failed_calls).await);
     env.moto.stop();
     set_ready(&env.nodes, kept, "False").await?;
     tokio::time::sleep(Duration::from_secs(15)).await; // > cache TTL (10 s) + several monitor periods
+    // Nothing deleted because the controller ran and EC2 failed, not because it did not run.
+    let (passes_after, failed_after) = (ccm.metric_sum(&passes).await, ccm.metric_sum(&failed_calls).await);
+    println!(
+        "EC2 down 15 s: {} monitor passes, {} failed EC2 checks",
+        passes_after - passes_before,
+        failed_after - failed_before
+    );
+    assert!(
+        passes_after - passes_before >= 5.0,
+        "the lifecycle controller ran during the outage"
+    );
+    assert!(failed_after > failed_before, "and asked EC2, which failed");
     for n in [kept, &stopped.private_dns_name] {
         assert!(
             env.nodes.get_opt(n).await?.is_some(),
@@ -331,7 +348,7 @@ async fn routes_point_pod_cidrs_at_instances_and_follow_node_deletion() -> Resul
 #[tokio::test]
 async fn fargate_nodes_are_answered_from_their_network_interface() -> Result<()> {
     let env = env(1).await?;
-    let _ccm = start_ccm(&env, "ccm-aws-fargate", &["--node-monitor-period=1s"])?;
+    let ccm = start_ccm(&env, "ccm-aws-fargate", &["--node-monitor-period=1s"])?;
     let ec2 = env.moto.ec2();
     let (zone, subnet) = env.world.subnets[0].clone();
     let eni = ec2
@@ -370,8 +387,14 @@ async fn fargate_nodes_are_answered_from_their_network_interface() -> Result<()>
     assert_eq!(labels.get("topology.kubernetes.io/zone"), Some(&zone));
 
     // Not ready while its interface exists: neither deleted nor tainted as shut down.
+    let passes = ["controller_reconcile_total{", LIFECYCLE];
+    let before = ccm.metric_sum(&passes).await;
     set_ready(&env.nodes, name, "False").await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        ccm.metric_sum(&passes).await - before >= 2.0,
+        "the lifecycle controller looked at it"
+    );
     let n = env.nodes.get(name).await?;
     assert!(
         !has_taint(&n, TAINT_SHUTDOWN),

@@ -1543,8 +1543,18 @@ async fn a_target_group_that_cannot_be_deleted_yet_is_swept_later() -> Result<()
             .then_some(())
     })
     .await?;
+    let failed = [
+        "controller_reconcile_total{",
+        "controller=\"service-lb-controller\"",
+        "result=\"error\"",
+    ];
+    let failed_before = env._ccm.metric_sum(&failed).await;
     env.services.delete("inuse", &DeleteParams::default()).await?;
     tokio::time::sleep(Duration::from_secs(15)).await;
+    assert!(
+        env._ccm.metric_sum(&failed).await > failed_before,
+        "the deletion was attempted and failed"
+    );
     assert!(
         env.services.get_opt("inuse").await?.is_some(),
         "the Service keeps its finalizer while its target groups cannot be deleted"

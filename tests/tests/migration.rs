@@ -117,6 +117,10 @@ async fn migrated_controllers_move_to_the_ccm_only_after_the_kcm_releases_the_lo
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        ccm.log().contains("waiting for the migration lock"),
+        "the CCM contends for the migration lock"
+    );
     for c in MIGRATED {
         assert!(
             !ccm.runs_controller(c).await,
@@ -188,7 +192,7 @@ async fn a_killed_kcm_hands_over_after_the_lease_expires_without_overlap() -> Re
     let killed = Instant::now();
     wait_for(
         "ccm runs the migrated controllers",
-        Duration::from_secs(40),
+        Duration::from_secs(90),
         || async { ccm_runs_migrated(&ccm).await.then_some(()) },
     )
     .await?;
@@ -196,12 +200,20 @@ async fn a_killed_kcm_hands_over_after_the_lease_expires_without_overlap() -> Re
     println!(
         "migrated controllers started in the CCM {took:.2?} after the KCM stand-in was killed (lease duration 15s, retry period 2s)"
     );
+    // No take-over before the lease expires: the stand-in renewed at most one retry period
+    // (2 s, plus a renewal's own latency) before it was killed, so its lease had ≥ 12.5 s left.
     assert!(
-        took <= Duration::from_secs_f64(15.0 + 2.0 * 2.2 + 1.0),
-        "{took:?}"
+        took >= Duration::from_millis(12_500),
+        "the CCM took the lock {took:?} after the kill, before the lease expired"
     );
+    // Keep watching after the take-over too.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     stop.cancel();
-    let (_, overlaps) = watcher.await?;
+    let (samples, overlaps) = watcher.await?;
+    assert!(
+        samples as f64 >= (took.as_secs_f64() + 3.0) * 2.0,
+        "the watcher kept sampling after the kill ({samples} samples)"
+    );
     assert!(overlaps.is_empty(), "never both: {overlaps:?}");
     Ok(())
 }

@@ -169,7 +169,7 @@ async fn powered_off_vms_taint_destroyed_ones_delete_and_an_unreachable_vcenter_
     let mut vcsim = Vcsim::start_with(model(3))?;
     identify(&vcsim, 3)?;
     let config = cloud_config(&cluster, &vcsim, false)?;
-    let _ccm = start_ccm(
+    let ccm = start_ccm(
         &cluster,
         &config,
         "ccm-vsphere-lifecycle",
@@ -204,9 +204,25 @@ async fn powered_off_vms_taint_destroyed_ones_delete_and_an_unreachable_vcenter_
         "a powered-off VM still exists"
     );
 
+    let lifecycle = "controller=\"cloud-node-lifecycle-controller\"";
+    let passes = ["controller_reconcile_total{", lifecycle];
+    let failed_calls = ["cloudprovider_api_calls_total{", lifecycle, "result=\"error\""];
+    let (passes_before, failed_before) = (ccm.metric_sum(&passes).await, ccm.metric_sum(&failed_calls).await);
     vcsim.stop();
     set_ready(&nodes, "node-2", "False").await?;
     tokio::time::sleep(Duration::from_secs(8)).await;
+    // Nothing deleted because the controller ran and vCenter failed, not because it did not run.
+    let (passes_after, failed_after) = (ccm.metric_sum(&passes).await, ccm.metric_sum(&failed_calls).await);
+    println!(
+        "vCenter down 8 s: {} monitor passes, {} failed checks",
+        passes_after - passes_before,
+        failed_after - failed_before
+    );
+    assert!(
+        passes_after - passes_before >= 3.0,
+        "the lifecycle controller ran during the outage"
+    );
+    assert!(failed_after > failed_before, "and asked vCenter, which failed");
     for n in ["node-0", "node-2"] {
         assert!(
             nodes.get_opt(n).await?.is_some(),
