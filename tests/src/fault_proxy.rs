@@ -90,6 +90,25 @@ pub struct RandomFaults {
     pub kinds: Vec<FaultKind>,
     /// Substrings a request must contain to be faulted (e.g. `Action=`).
     pub only: Vec<String>,
+    /// The API whose error documents are answered.
+    pub api: FaultApi,
+}
+
+/// Whose errors [`RandomFaults`] answers with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FaultApi {
+    /// AWS query APIs (EC2, ELB, ELBv2).
+    #[default]
+    Aws,
+    /// vCenter: SOAP faults (`SystemError`), `503` for throttling.
+    Vsphere,
+}
+
+/// A vCenter SOAP fault document of type `kind`.
+pub fn soap_fault_body(kind: &str, message: &str) -> String {
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\" xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\"><soapenv:Body><soapenv:Fault><faultcode>ServerFaultCode</faultcode><faultstring>{message}</faultstring><detail><{kind}Fault xmlns=\"urn:vim25\" xsi:type=\"{kind}\"><reason>{message}</reason></{kind}Fault></detail></soapenv:Fault></soapenv:Body></soapenv:Envelope>"
+    )
 }
 
 /// The AWS error document of `code` for the API a query-protocol request body belongs to
@@ -118,6 +137,25 @@ impl RandomFaults {
             return None;
         }
         let kind = self.kinds[rng.random_range(0..self.kinds.len())];
+        if self.api == FaultApi::Vsphere {
+            let fault = |status| Action::Respond {
+                status,
+                body: soap_fault_body("SystemError", "A general system error occurred: injected"),
+            };
+            return Some(match kind {
+                FaultKind::Throttle | FaultKind::Unavailable => Action::Respond {
+                    status: 503,
+                    body: "Service Unavailable".into(),
+                },
+                FaultKind::InternalError => fault(500),
+                FaultKind::Reset => Action::Reset,
+                FaultKind::Delay => Action::Delay(Duration::from_millis(rng.random_range(500..2000))),
+                FaultKind::LostAnswer => Action::LoseAnswer {
+                    status: 500,
+                    body: soap_fault_body("SystemError", "A general system error occurred: injected"),
+                },
+            });
+        }
         let ec2 = body.contains("Version=2016-11-15");
         Some(match kind {
             FaultKind::Throttle if ec2 => Action::Respond {
@@ -385,12 +423,12 @@ async fn handle(
             found = random.draw(&haystack, &text);
             if let Some(a) = &found {
                 let kind = match a {
-                    Action::Respond { body, .. } => body
+                    Action::Respond { body, status } => body
                         .split("<Code>")
                         .nth(1)
                         .and_then(|c| c.split('<').next())
-                        .unwrap_or("Respond")
-                        .to_string(),
+                        .map(str::to_string)
+                        .unwrap_or_else(|| format!("HTTP {status}")),
                     Action::Delay(_) => "Delay".into(),
                     Action::Reset => "Reset".into(),
                     Action::LoseAnswer { .. } => "LostAnswer".into(),

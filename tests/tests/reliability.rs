@@ -10,7 +10,7 @@ use anyhow::Result;
 use rand::Rng;
 use rcp_e2e::{
     aws_chaos::{AwsChaosRig, crash_trial, median_max},
-    fault_proxy::{FaultKind, RandomFaults},
+    fault_proxy::{FaultApi, FaultKind, RandomFaults},
 };
 
 /// Per step; generous (a slow CI machine must not fail the test): the figures are printed.
@@ -101,6 +101,7 @@ async fn load_balancers_converge_under_30_percent_cloud_faults() -> Result<()> {
         share,
         kinds: kinds.clone(),
         only: vec!["Action=".into()],
+        api: FaultApi::Aws,
     }));
     let start = Instant::now();
     let lifecycles = futures::future::join_all((0..count).map(|i| {
@@ -331,5 +332,101 @@ async fn an_outage_longer_than_the_renew_deadline_makes_the_leader_exit_and_a_re
         back.elapsed()
     );
     drop(ccm);
+    Ok(())
+}
+
+/// vCenter answering 30 % of the requests with SOAP faults, 503s, resets, delays and lost
+/// answers: every Node is initialised all the same, and while the faults go on no Node is
+/// deleted or tainted as shut down (doubt is never "gone" nor "off"), though the lifecycle
+/// controller keeps checking them.
+#[tokio::test]
+async fn vsphere_nodes_initialise_and_none_is_deleted_or_tainted_under_30_percent_vcenter_faults()
+-> Result<()> {
+    use k8s_cloud_provider::{node::helpers::has_taint, well_known::TAINT_SHUTDOWN};
+    use k8s_openapi::api::core::v1::Node;
+    use kube::{Api, api::PostParams};
+    use rcp_e2e::{
+        fault_proxy::FaultProxy,
+        k8s::{initialised, set_ready, tainted_node, wait_for},
+        vcsim::small_model,
+    };
+    const N: usize = 4;
+    let cluster = rcp_e2e::TestCluster::start().await?;
+    let vcsim = rcp_e2e::Vcsim::start_with(small_model(N))?;
+    vcsim.identify(N)?;
+    let (cert, key) = vcsim.tls_files();
+    let proxy = FaultProxy::start_tls(&format!("https://{}", vcsim.host_port()), &cert, &key).await?;
+    let config = cluster.dir().join("vsphere.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  user: {}\n  password: {}\n  port: {}\n  insecureFlag: true\nvcenter:\n  sim:\n    server: 127.0.0.1\n",
+            serde_json::to_string(vcsim.username())?,
+            serde_json::to_string(vcsim.password())?,
+            proxy.port()
+        ),
+    )?;
+    let ccm = rcp_e2e::ccm::CcmProcess::start(
+        "cloud-controller-manager-vsphere",
+        "ccm-vsphere-faults",
+        cluster.kubeconfig_path(),
+        cluster.dir(),
+        &[
+            format!("--cloud-config={}", config.display()),
+            "--leader-elect=false".to_string(),
+            "--node-monitor-period=1s".to_string(),
+        ],
+    )?;
+    proxy.set_random_faults(Some(RandomFaults {
+        share: 0.3,
+        kinds: FaultKind::ALL.to_vec(),
+        only: vec![],
+        api: FaultApi::Vsphere,
+    }));
+    let nodes: Api<Node> = Api::all(cluster.client().await?);
+    let start = Instant::now();
+    for i in 0..N {
+        nodes
+            .create(&PostParams::default(), &tainted_node(&format!("node-{i}")))
+            .await?;
+    }
+    for i in 0..N {
+        let name = format!("node-{i}");
+        wait_for(&format!("{name} initialised"), LIMIT, || {
+            initialised(&nodes, &name)
+        })
+        .await?;
+    }
+    let took = start.elapsed();
+    let lifecycle = "controller=\"cloud-node-lifecycle-controller\"";
+    let passes = ["controller_reconcile_total{", lifecycle];
+    let before = ccm.metric_sum(&passes).await;
+    for i in 0..N {
+        set_ready(&nodes, &format!("node-{i}"), "Unknown").await?;
+    }
+    let watch_until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < watch_until {
+        for i in 0..N {
+            let n = nodes.get_opt(&format!("node-{i}")).await?;
+            let n = n.unwrap_or_else(|| panic!("node-{i} was deleted while its VM exists"));
+            assert!(
+                !has_taint(&n, TAINT_SHUTDOWN),
+                "node-{i} tainted as shut down while its VM runs"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let checked = ccm.metric_sum(&passes).await - before;
+    println!(
+        "vCenter with 30 % faults: {N} Nodes initialised in {took:.1?}; {} requests, {} faulted ({:?}); {checked} lifecycle passes in 20 s, none deleted or tainted",
+        proxy.total(),
+        proxy.faulted(),
+        proxy.faulted_by_kind()
+    );
+    assert!(
+        checked >= 5.0,
+        "the lifecycle controller kept checking ({checked} passes)"
+    );
+    assert!(proxy.faulted() > 0);
     Ok(())
 }
