@@ -870,16 +870,21 @@ async fn switching_classic_to_nlb_to_cluster_ip_leaves_nothing() -> Result<()> {
         )
         .await?;
     let v2 = env.moto.elbv2();
-    wait_for("the NLB exists and the classic ELB is gone", T, || async {
-        let nlb = v2.describe_load_balancers().names(&name).send().await.ok()?;
-        let clbs = env.moto.elb().describe_load_balancers().send().await.ok()?;
-        (!nlb.load_balancers().is_empty() && clbs.load_balancer_descriptions().is_empty()).then_some(())
-    })
+    // The classic ELB goes first, its group right after it (the same deletion).
+    wait_for(
+        "the NLB exists and the classic ELB and its group are gone",
+        T,
+        || async {
+            let nlb = v2.describe_load_balancers().names(&name).send().await.ok()?;
+            let clbs = env.moto.elb().describe_load_balancers().send().await.ok()?;
+            let groups = extra_groups(&env).await.ok()?;
+            (!nlb.load_balancers().is_empty()
+                && clbs.load_balancer_descriptions().is_empty()
+                && groups.is_empty())
+            .then_some(())
+        },
+    )
     .await?;
-    assert!(
-        extra_groups(&env).await?.is_empty(),
-        "the classic ELB's group went with it"
-    );
     assert_eq!(
         node_group_refs(&env).await?.0,
         0,
