@@ -392,10 +392,13 @@ async fn vsphere_nodes_initialise_and_none_is_deleted_or_tainted_under_30_percen
     }
     for i in 0..N {
         let name = format!("node-{i}");
-        wait_for(&format!("{name} initialised"), LIMIT, || {
+        if let Err(e) = wait_for(&format!("{name} initialised"), LIMIT, || {
             initialised(&nodes, &name)
         })
-        .await?;
+        .await
+        {
+            panic!("{e}; faults {:?}", proxy.faulted_by_kind());
+        }
     }
     let took = start.elapsed();
     let lifecycle = "controller=\"cloud-node-lifecycle-controller\"";

@@ -246,42 +246,69 @@ impl Client {
         self.calls.load(Ordering::SeqCst)
     }
 
+    /// Sends one SOAP request. Retried (up to [`Client::with_retries`] times, 200 ms × attempt
+    /// apart) when it did not reach vCenter or vCenter did not process it: a transport error (a
+    /// closed keep-alive connection, a reset, except TLS verification failures), an answer cut
+    /// off, or `502`/`503`/`504` without a SOAP fault (an overloaded vCenter or its proxy). SOAP
+    /// faults are answers and are never retried here.
     async fn post(&self, body: &str) -> Result<Element, Error> {
         let envelope = xml::envelope(body);
         let mut attempt = 0;
-        let resp = loop {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            let sent = self
-                .http
-                .post(&self.sdk_url)
-                .header("Content-Type", "text/xml; charset=\"utf-8\"")
-                .header("SOAPAction", SOAP_ACTION)
-                .body(envelope.clone())
-                .send()
-                .await;
-            match sent {
-                Ok(r) => break r,
-                Err(e)
-                    if attempt < self.retries && (e.is_request() || e.is_connect()) && !is_tls_error(&e) =>
-                {
+        loop {
+            let (result, retryable) = self.post_once(&envelope).await;
+            match result {
+                Err(e) if retryable && attempt < self.retries => {
                     attempt += 1;
-                    debug!(url = %self.sdk_url, attempt, error = %crate::error_chain(&e), "retrying vCenter request after a transport error");
+                    debug!(url = %self.sdk_url, attempt, error = %e, "retrying vCenter request");
                     tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
                 }
-                Err(e) => {
-                    return Err(Error::Connect {
-                        url: self.sdk_url.clone(),
-                        reason: crate::error_chain(&e),
-                    });
-                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One attempt of [`Client::post`]: the result, and whether a failure is worth a retry.
+    async fn post_once(&self, envelope: &str) -> (Result<Element, Error>, bool) {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let sent = self
+            .http
+            .post(&self.sdk_url)
+            .header("Content-Type", "text/xml; charset=\"utf-8\"")
+            .header("SOAPAction", SOAP_ACTION)
+            .body(envelope.to_string())
+            .send()
+            .await;
+        let resp = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                let retryable = (e.is_request() || e.is_connect()) && !is_tls_error(&e);
+                let error = Error::Connect {
+                    url: self.sdk_url.clone(),
+                    reason: crate::error_chain(&e),
+                };
+                return (Err(error), retryable);
             }
         };
         let status = resp.status();
-        let text = resp.text().await.map_err(|e| Error::Connect {
-            url: self.sdk_url.clone(),
-            reason: crate::error_chain(&e),
-        })?;
-        read_answer(&self.sdk_url, status.as_u16(), &text)
+        let text = match resp.text().await {
+            Ok(t) => t,
+            Err(e) => {
+                let error = Error::Connect {
+                    url: self.sdk_url.clone(),
+                    reason: crate::error_chain(&e),
+                };
+                return (Err(error), true);
+            }
+        };
+        let result = read_answer(&self.sdk_url, status.as_u16(), &text);
+        let retryable = matches!(
+            &result,
+            Err(Error::Status {
+                status: 502..=504,
+                ..
+            })
+        );
+        (result, retryable)
     }
 
     /// `RetrieveServiceContent` (cached; needs no session).
