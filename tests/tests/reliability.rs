@@ -198,6 +198,11 @@ async fn informers_recover_from_api_server_restarts_and_etcd_compaction() -> Res
         &[
             format!("--cloud-config={}", config.display()),
             "--cluster-cidr=10.244.0.0/16".to_string(),
+            // The outages here (≈ 3 s + the API server's start, up to ~15 s on a loaded CI
+            // machine) must stay within the renew deadline: a longer one makes the leader exit,
+            // which the next test shows.
+            "--leader-elect-lease-duration=90s".to_string(),
+            "--leader-elect-renew-deadline=60s".to_string(),
         ],
     )?;
     let client = cluster.client().await?;
@@ -218,10 +223,13 @@ async fn informers_recover_from_api_server_restarts_and_etcd_compaction() -> Res
             .create(&PostParams::default(), &tainted_node(&format!("node-{round}")))
             .await?;
         cluster.kill_apiserver();
+        let down = Instant::now();
         let revision = cluster.compact_etcd(50).await?;
         tokio::time::sleep(Duration::from_secs(3)).await;
         let took = cluster.start_apiserver().await?;
         let back = Instant::now();
+        let outage = down.elapsed();
+        ccm.check_running()?;
         let client = cluster.client().await?;
         let (nodes, services): (Api<Node>, Api<Service>) =
             (Api::all(client.clone()), Api::namespaced(client, "default"));
@@ -234,7 +242,12 @@ async fn informers_recover_from_api_server_restarts_and_etcd_compaction() -> Res
             .delete(&format!("svc-{}", round - 1), &DeleteParams::default())
             .await?;
         let node = format!("node-{round}");
-        wait_for("the new Node initialised", LIMIT, || initialised(&nodes, &node)).await?;
+        if let Err(e) = wait_for("the new Node initialised", LIMIT, || initialised(&nodes, &node)).await {
+            panic!(
+                "round {round}: {e}; API server ready {took:?} after its start\n{}",
+                ccm.log()
+            );
+        }
         wait_for_ingress(&services, &name, LIMIT).await?;
         wait_for("the deleted Service's finalizer removed", LIMIT, || async {
             services
@@ -245,7 +258,7 @@ async fn informers_recover_from_api_server_restarts_and_etcd_compaction() -> Res
         })
         .await?;
         println!(
-            "API server restart {round}: etcd compacted at revision {revision}, API server ready {took:.1?} after start; Node initialised, Service provisioned and another deleted {:.1?} after that",
+            "API server restart {round}: down {outage:.1?} (etcd compacted at revision {revision}; ready {took:.1?} after its start); Node initialised, Service provisioned and another deleted {:.1?} after that",
             back.elapsed()
         );
         ccm.check_running()?;
