@@ -62,7 +62,15 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
     if !any {
         return Err(format!("invalid duration {s:?}"));
     }
-    Ok(Duration::from_secs_f64(total))
+    // Go's durations are int64 nanoseconds (about 292 years); Go rejects longer ones too.
+    // (Found by the `provider_ids` fuzz target: `Duration::from_secs_f64` panicked on them.)
+    const GO_MAX_SECONDS: f64 = i64::MAX as f64 / 1e9;
+    if !total.is_finite() || total > GO_MAX_SECONDS {
+        return Err(format!(
+            "invalid duration {s:?}: out of range (at most 2562047h47m16.854775807s)"
+        ));
+    }
+    Duration::try_from_secs_f64(total).map_err(|e| format!("invalid duration {s:?}: {e}"))
 }
 
 /// Formats like Go's `Duration.String()` for whole seconds (`5m0s`, `10s`, `1h0m0s`), or with
@@ -106,6 +114,18 @@ mod tests {
         assert!(parse_go_duration("-1s").unwrap_err().contains("negative"));
         assert!(parse_go_duration("5x").unwrap_err().contains("unknown unit"));
         assert!(parse_go_duration("").is_err());
+        // Longer than Go's int64 nanoseconds: an error, never a panic (a fuzzer's find).
+        let huge = format!("{}1h23.5s", "3".repeat(41));
+        assert!(parse_go_duration(&huge).unwrap_err().contains("out of range"));
+        assert!(
+            parse_go_duration("2562048h")
+                .unwrap_err()
+                .contains("out of range")
+        );
+        assert_eq!(
+            parse_go_duration("2562047h").unwrap(),
+            Duration::from_secs(2562047 * 3600)
+        );
     }
 
     #[test]
