@@ -268,3 +268,31 @@ pub fn ingress_hostname(s: &Service) -> Option<String> {
         .hostname
         .clone()
 }
+
+/// Writes the fake provider's cloud config (`dir/fake-cloud.json`) with one instance per node
+/// name: `fake://i-<index>`, type `fake.large`, zone `fake-zone-a` of `fake-region`, InternalIP
+/// `10.1.0.<index + 1>`. Returns its path.
+pub fn write_fake_cloud_config(dir: &std::path::Path, nodes: &[&str]) -> Result<std::path::PathBuf> {
+    let instances: serde_json::Map<String, serde_json::Value> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            (
+                n.to_string(),
+                serde_json::json!({
+                    "providerID": format!("fake://i-{i}"),
+                    "instanceType": "fake.large",
+                    "zone": "fake-zone-a",
+                    "region": "fake-region",
+                    "addresses": [{"type": "InternalIP", "address": format!("10.1.0.{}", i + 1)}]
+                }),
+            )
+        })
+        .collect();
+    let path = dir.join("fake-cloud.json");
+    std::fs::write(
+        &path,
+        serde_json::to_vec(&serde_json::json!({ "instances": instances }))?,
+    )?;
+    Ok(path)
+}

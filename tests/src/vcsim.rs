@@ -240,6 +240,17 @@ impl Vcsim {
         &self.password
     }
 
+    /// A vSphere cloud config (YAML) for this vcsim's account, reached on 127.0.0.1:`port` (its
+    /// own port, or a proxy's in front of it), certificate not verified; `extra` (whole YAML
+    /// sections, e.g. `labels:`) is appended.
+    pub fn cloud_config_yaml(&self, port: u16, extra: &str) -> Result<String> {
+        Ok(format!(
+            "global:\n  user: {}\n  password: {}\n  port: {port}\n  insecureFlag: true\nvcenter:\n  sim:\n    server: 127.0.0.1\n{extra}",
+            serde_json::to_string(&self.username)?,
+            serde_json::to_string(&self.password)?,
+        ))
+    }
+
     /// The vcsim log so far.
     pub fn log(&self) -> String {
         self.process.log()

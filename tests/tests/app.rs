@@ -24,28 +24,7 @@ const FAKE: &str = "fake-cloud-controller-manager";
 const LEASE: &str = "cloud-controller-manager";
 
 fn fake_config(cluster: &TestCluster, nodes: &[&str]) -> Result<PathBuf> {
-    let instances: serde_json::Map<String, serde_json::Value> = nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            (
-                n.to_string(),
-                serde_json::json!({
-                    "providerID": format!("fake://i-{i}"),
-                    "instanceType": "fake.large",
-                    "zone": "fake-zone-a",
-                    "region": "fake-region",
-                    "addresses": [{"type": "InternalIP", "address": format!("10.1.0.{}", i + 1)}]
-                }),
-            )
-        })
-        .collect();
-    let path = cluster.dir().join("fake-cloud.json");
-    std::fs::write(
-        &path,
-        serde_json::to_vec(&serde_json::json!({ "instances": instances }))?,
-    )?;
-    Ok(path)
+    rcp_e2e::k8s::write_fake_cloud_config(cluster.dir(), nodes)
 }
 
 fn args(config: &std::path::Path, extra: &[&str]) -> Vec<String> {

@@ -153,22 +153,9 @@ async fn load_balancers_converge_under_30_percent_cloud_faults() -> Result<()> {
 }
 
 fn fake_cloud_config(cluster: &rcp_e2e::TestCluster, nodes: usize) -> Result<std::path::PathBuf> {
-    let instances: serde_json::Map<String, serde_json::Value> = (0..nodes)
-        .map(|i| {
-            (
-                format!("node-{i}"),
-                serde_json::json!({"providerID": format!("fake://i-{i}"), "instanceType": "fake.large",
-                    "zone": "z", "region": "r",
-                    "addresses": [{"type": "InternalIP", "address": format!("10.2.0.{}", i + 1)}]}),
-            )
-        })
-        .collect();
-    let path = cluster.dir().join("fake-cloud.json");
-    std::fs::write(
-        &path,
-        serde_json::to_vec(&serde_json::json!({ "instances": instances }))?,
-    )?;
-    Ok(path)
+    let names: Vec<String> = (0..nodes).map(|i| format!("node-{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    rcp_e2e::k8s::write_fake_cloud_config(cluster.dir(), &names)
 }
 
 fn lb_service(name: &str) -> k8s_openapi::api::core::v1::Service {
@@ -370,15 +357,7 @@ async fn vsphere_nodes_initialise_and_none_is_deleted_or_tainted_under_30_percen
     let (cert, key) = vcsim.tls_files();
     let proxy = FaultProxy::start_tls(&format!("https://{}", vcsim.host_port()), &cert, &key).await?;
     let config = cluster.dir().join("vsphere.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  user: {}\n  password: {}\n  port: {}\n  insecureFlag: true\nvcenter:\n  sim:\n    server: 127.0.0.1\n",
-            serde_json::to_string(vcsim.username())?,
-            serde_json::to_string(vcsim.password())?,
-            proxy.port()
-        ),
-    )?;
+    std::fs::write(&config, vcsim.cloud_config_yaml(proxy.port(), "")?)?;
     let ccm = rcp_e2e::ccm::CcmProcess::start(
         "cloud-controller-manager-vsphere",
         "ccm-vsphere-faults",

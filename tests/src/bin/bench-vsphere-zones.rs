@@ -39,12 +39,7 @@ async fn main() -> Result<()> {
     let config = cluster.dir().join("vsphere.yaml");
     std::fs::write(
         &config,
-        format!(
-            "global:\n  user: {}\n  password: {}\n  port: {}\n  insecureFlag: true\nvcenter:\n  sim:\n    server: 127.0.0.1\nlabels:\n  zone: k8s-zone\n  region: k8s-region\n",
-            serde_json::to_string(vcsim.username())?,
-            serde_json::to_string(vcsim.password())?,
-            proxy.port()
-        ),
+        vcsim.cloud_config_yaml(proxy.port(), "labels:\n  zone: k8s-zone\n  region: k8s-region\n")?,
     )?;
     let ccm = CcmProcess::start(
         "cloud-controller-manager-vsphere",
