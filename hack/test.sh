@@ -51,7 +51,7 @@ phase "build the binaries the tests run"
 # Tests start these with `cargo build --bin <name>` (paths::workspace_binary); built here, one by
 # one exactly so, that is a no-op inside the tests instead of a build under the tests' load
 # (which made tests time out waiting for it).
-for bin in cloud-controller-manager-aws cloud-controller-manager-vsphere fake-cloud-controller-manager; do
+for bin in cloud-controller-manager-aws cloud-controller-manager-vsphere fake-cloud-controller-manager ecr-credential-provider; do
   cargo build --locked --quiet --bin "$bin"
 done
 

@@ -9,7 +9,7 @@
 //! | `staging-only` | a crate under `staging/` depends (every kind) only on `staging/` crates and external crates |
 //! | `neutral-isolation` | a provider-neutral staged crate links (normal/build closure) and depends on (every kind) no crate owned by a provider |
 //! | `provider-isolation` | a provider's crates depend (every kind) on no crate owned by another provider, no `cmd/`, `tests/` or `hack/` crate, and link no other provider's crate |
-//! | `one-provider-per-binary` | the resolved closure of `cmd/cloud-controller-manager-<p>` holds provider `<p>`'s crate and no crate owned by another provider; its dev-dependencies name no other provider's crate and no `tests/`/`hack/` crate |
+//! | `one-provider-per-binary` | the resolved closure of `cmd/cloud-controller-manager-<p>` holds provider `<p>`'s crate and no crate owned by another provider; its dev-dependencies name no other provider's crate and no `tests/`/`hack/` crate; a provider's other binaries (`binaries = [..]` in its declaration, e.g. `ecr-credential-provider`) follow the same rules except that they need not link `providers/<p>` |
 //! | `phase` | the tree matches the phase declared in `[workspace.metadata.providers]` |
 //!
 //! **Which crates a provider owns.** Its crates in the tree (`staging/legacy-cloud-providers/<p>`
@@ -72,6 +72,11 @@ pub struct ProviderDecl {
     /// Globs (`*` only) naming the root crates of the provider's cloud SDK.
     #[serde(default)]
     pub sdk: Vec<String>,
+    /// The provider's other binaries (`cmd/<name>`) besides its cloud-controller-manager, e.g.
+    /// AWS's kubelet credential provider `ecr-credential-provider`: they link this provider's
+    /// crates (or none) and no other provider's.
+    #[serde(default)]
+    pub binaries: Vec<String>,
 }
 
 /// `[workspace.metadata.boundaries]`.
@@ -643,12 +648,17 @@ impl Workspace {
                     });
                 }
             }
-            let Some(provider) = m.name.strip_prefix(BINARY_PREFIX) else {
+            let extra = self.provider_of_extra_binary(&m.name);
+            let Some(provider) = m.name.strip_prefix(BINARY_PREFIX).or(extra.as_deref()) else {
                 v.push(Violation {
                     rule: "one-provider-per-binary",
                     subject: m.name.clone(),
-                    problem: format!("binary crate in cmd/{dir} is not named {BINARY_PREFIX}<provider>"),
-                    fix: format!("name it {BINARY_PREFIX}<provider> after the one provider it links"),
+                    problem: format!(
+                        "binary crate in cmd/{dir} is not named {BINARY_PREFIX}<provider> and no provider lists it in `binaries`"
+                    ),
+                    fix: format!(
+                        "name it {BINARY_PREFIX}<provider> after the one provider it links, or add it to that provider's `binaries` in [workspace.metadata.providers]"
+                    ),
                 });
                 continue;
             };
@@ -693,6 +703,8 @@ impl Workspace {
             let closure = self.closure(&m.name);
             let own_crate = self.member_of_location(&Location::Provider(provider.to_string()));
             match own_crate {
+                // A provider's other binaries need not link its CCM crate.
+                _ if extra.is_some() => {}
                 Some(own) if closure.contains(&own.name) => {}
                 Some(own) => v.push(Violation {
                     rule: "one-provider-per-binary",
@@ -727,6 +739,14 @@ impl Workspace {
                 });
             }
         }
+    }
+
+    /// The provider whose `binaries` lists `name`, if any.
+    fn provider_of_extra_binary(&self, name: &str) -> Option<String> {
+        self.providers
+            .iter()
+            .find(|(_, d)| d.binaries.iter().any(|b| b == name))
+            .map(|(p, _)| p.clone())
     }
 
     fn check_phases(&self, v: &mut Vec<Violation>) {
@@ -789,6 +809,13 @@ impl Workspace {
                         format!("phase 1 has no binary, but cmd/{BINARY_PREFIX}{p} exists"),
                         "declare phase 2, or remove the binary".into(),
                     );
+                    for b in &decl.binaries {
+                        want(
+                            !self.members.contains_key(b),
+                            format!("phase 1 has no binary, but cmd/{b} exists"),
+                            "declare phase 2, or remove the binary".into(),
+                        );
+                    }
                 }
                 2 => {
                     want(
@@ -876,7 +903,12 @@ impl Workspace {
             .collect();
         let mut lines = Vec::new();
         for m in &binaries {
-            let provider = m.name.strip_prefix(BINARY_PREFIX).unwrap_or("?");
+            let extra = self.provider_of_extra_binary(&m.name);
+            let provider = m
+                .name
+                .strip_prefix(BINARY_PREFIX)
+                .or(extra.as_deref())
+                .unwrap_or("?");
             let phase = self
                 .providers
                 .get(provider)

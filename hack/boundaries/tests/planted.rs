@@ -495,6 +495,48 @@ fn binary_named_after_no_provider_fails() {
     );
 }
 
+const PHASES_WITH_ECR: &str = "aws = { phase = 2, sdk = [\"aws-sdk-*\"], binaries = [\"ecr-credential-provider\"] }\nvsphere = { phase = 2, sdk = [\"vsphere-api\"] }\n";
+
+#[test]
+fn a_providers_declared_other_binary_passes_with_its_sdk_only() {
+    let mut tree = clean_tree();
+    tree.push(krate(
+        "cmd/ecr-credential-provider",
+        "ecr-credential-provider",
+        vec![("aws-sdk-ec2", "../ext/aws-sdk-ec2", "dependencies")],
+    ));
+    let v = check(&tree, PHASES_WITH_ECR);
+    assert!(v.is_empty(), "{v:?}");
+    // Undeclared, the same binary is refused.
+    let v = check(&tree, PHASES);
+    assert_single(
+        &v,
+        "one-provider-per-binary",
+        "ecr-credential-provider",
+        "no provider lists it in `binaries`",
+    );
+}
+
+#[test]
+fn a_providers_other_binary_linking_another_provider_fails() {
+    let mut tree = clean_tree();
+    tree.push(krate(
+        "cmd/ecr-credential-provider",
+        "ecr-credential-provider",
+        vec![
+            ("aws-sdk-ec2", "../ext/aws-sdk-ec2", "dependencies"),
+            ("vsphere-api", "staging/vsphere-api", "dependencies"),
+        ],
+    ));
+    let v = check(&tree, PHASES_WITH_ECR);
+    assert_single(
+        &v,
+        "one-provider-per-binary",
+        "ecr-credential-provider",
+        "links crates of provider `vsphere`: vsphere-api",
+    );
+}
+
 // --- the holes of the first version (issue 16) ------------------------------------------------
 
 #[test]
@@ -832,11 +874,20 @@ fn the_real_tree_passes_and_reports_each_binary() {
         v.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("\n")
     );
     let report = ws.report();
-    assert_eq!(report.len(), 2, "{report:?}");
+    assert_eq!(report.len(), 3, "{report:?}");
     for line in &report {
         assert!(line.contains("other-provider-crates=[]"), "{line}");
     }
     assert!(report[0].starts_with("cloud-controller-manager-aws") && report[0].contains("phase=2"));
+    // AWS's kubelet credential provider is AWS's binary, linking ECR and no CCM crate.
+    assert!(
+        report[2].starts_with("ecr-credential-provider")
+            && report[2].contains("provider=aws")
+            && report[2].contains("aws-sdk-ecr,")
+            && !report[2].contains("cloud-provider-aws"),
+        "{}",
+        report[2]
+    );
     // The SDK's support crates count as AWS's without being listed anywhere.
     for c in [
         "aws-smithy-types",

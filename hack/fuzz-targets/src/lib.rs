@@ -14,22 +14,29 @@
 //! | `leader_migration` | the leader-migration configuration file |
 //! | `vsphere_soap` | a vCenter SOAP answer (XML reader and fault parser) |
 
+#[cfg(feature = "aws")]
 use std::collections::BTreeMap;
 
+#[cfg(feature = "aws")]
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+#[cfg(feature = "aws")]
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The body of a target.
 pub type Body = fn(&[u8]);
 
-/// Every target: name and body.
-pub const TARGETS: [(&str, Body); 7] = [
+/// Every target of the enabled features (`aws`, `vsphere`; both by default): name and body.
+pub const TARGETS: &[(&str, Body)] = &[
     ("gcfg", gcfg),
+    #[cfg(feature = "aws")]
     ("aws_config", aws_config),
+    #[cfg(feature = "vsphere")]
     ("vsphere_config", vsphere_config),
+    #[cfg(feature = "aws")]
     ("aws_annotations", aws_annotations),
     ("provider_ids", provider_ids),
     ("leader_migration", leader_migration),
+    #[cfg(feature = "vsphere")]
     ("vsphere_soap", vsphere_soap),
 ];
 
@@ -46,11 +53,13 @@ pub fn gcfg(data: &[u8]) {
 }
 
 /// The AWS cloud config.
+#[cfg(feature = "aws")]
 pub fn aws_config(data: &[u8]) {
     let _ = k8s_legacy_cloud_provider_aws::config::CloudConfig::parse(Some(data));
 }
 
 /// The vSphere cloud config (YAML or INI), with the environment overrides.
+#[cfg(feature = "vsphere")]
 pub fn vsphere_config(data: &[u8]) {
     use k8s_legacy_cloud_provider_vsphere::config::VsphereConfig;
     if let Ok(cfg) = VsphereConfig::parse(Some(data)) {
@@ -60,6 +69,7 @@ pub fn vsphere_config(data: &[u8]) {
 
 /// A Service built from the input: each line `key=value` is an annotation (keys without a
 /// `/` get the AWS prefix), a line `port=<n>/<protocol>` a port.
+#[cfg(feature = "aws")]
 pub fn service_from(data: &[u8]) -> Service {
     let text = String::from_utf8_lossy(data);
     let mut annotations = BTreeMap::new();
@@ -101,6 +111,7 @@ pub fn service_from(data: &[u8]) -> Service {
 }
 
 /// The AWS load-balancer annotations.
+#[cfg(feature = "aws")]
 pub fn aws_annotations(data: &[u8]) {
     let svc = service_from(data);
     let _ = k8s_legacy_cloud_provider_aws::annotations::LbOptions::parse(&svc);
@@ -115,16 +126,20 @@ pub fn provider_ids(data: &[u8]) {
     let _ = k8s_cloud_provider::controllers::route::parse_cluster_cidrs(&text);
     let _ = k8s_controller_manager::duration::parse_go_duration(&text);
     let _ = k8s_cloud_provider::service::helpers::parse_go_bool(&text);
-    let _ = k8s_legacy_cloud_provider_vsphere::uuid_from_provider_id(&text);
-    let pairs: Vec<(String, String)> = text
-        .lines()
-        .map(|l| {
-            let (k, v) = l.split_once('=').unwrap_or((l, ""));
-            (k.to_string(), v.to_string())
-        })
-        .collect();
-    let _ = k8s_legacy_cloud_provider_vsphere::guestinfo::static_addresses(&pairs);
+    #[cfg(feature = "vsphere")]
+    {
+        let _ = k8s_legacy_cloud_provider_vsphere::uuid_from_provider_id(&text);
+        let pairs: Vec<(String, String)> = text
+            .lines()
+            .map(|l| {
+                let (k, v) = l.split_once('=').unwrap_or((l, ""));
+                (k.to_string(), v.to_string())
+            })
+            .collect();
+        let _ = k8s_legacy_cloud_provider_vsphere::guestinfo::static_addresses(&pairs);
+    }
     // Property: an AWS provider ID built from a zone and an instance ID names that instance.
+    #[cfg(feature = "aws")]
     if let Ok(id) = k8s_legacy_cloud_provider_aws::instances::instance_id_from_provider_id(&text) {
         let again = k8s_legacy_cloud_provider_aws::instances::provider_id_for("us-east-1a", &id);
         assert_eq!(
@@ -143,6 +158,7 @@ pub fn leader_migration(data: &[u8]) {
 }
 
 /// A SOAP answer: the first two bytes choose the HTTP status, the rest is the body.
+#[cfg(feature = "vsphere")]
 pub fn vsphere_soap(data: &[u8]) {
     let (status, body) = match data {
         [a, b, rest @ ..] => (100 + (u16::from(*a) << 8 | u16::from(*b)) % 500, rest),
