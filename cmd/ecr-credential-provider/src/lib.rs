@@ -288,7 +288,9 @@ pub fn cache_duration(expires_at_unix: Option<i64>, now_unix: i64) -> Option<Str
 }
 
 /// A whole number of seconds as Go's `time.Duration.String()` writes it (`6h0m0s`, `5m30s`,
-/// `45s`).
+/// `45s`). `k8s_controller_manager::duration::format_go_duration` does the same for any
+/// duration, but linking the controller-manager crate (kube, k8s-openapi, prometheus) into a
+/// plugin that the kubelet runs for every pull is not worth these six lines.
 pub fn go_duration(seconds: i64) -> String {
     let (h, m, s) = (seconds / 3600, seconds % 3600 / 60, seconds % 60);
     if h > 0 {

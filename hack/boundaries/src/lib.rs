@@ -648,8 +648,7 @@ impl Workspace {
                     });
                 }
             }
-            let extra = self.provider_of_extra_binary(&m.name);
-            let Some(provider) = m.name.strip_prefix(BINARY_PREFIX).or(extra.as_deref()) else {
+            let Some((provider, is_ccm)) = self.provider_of_binary(&m.name) else {
                 v.push(Violation {
                     rule: "one-provider-per-binary",
                     subject: m.name.clone(),
@@ -670,7 +669,7 @@ impl Workspace {
                     fix: format!("move it to cmd/{}", m.name),
                 });
             }
-            if !self.providers.contains_key(provider) {
+            if !self.providers.contains_key(&provider) {
                 v.push(Violation {
                     rule: "one-provider-per-binary",
                     subject: m.name.clone(),
@@ -704,7 +703,7 @@ impl Workspace {
             let own_crate = self.member_of_location(&Location::Provider(provider.to_string()));
             match own_crate {
                 // A provider's other binaries need not link its CCM crate.
-                _ if extra.is_some() => {}
+                _ if !is_ccm => {}
                 Some(own) if closure.contains(&own.name) => {}
                 Some(own) => v.push(Violation {
                     rule: "one-provider-per-binary",
@@ -741,12 +740,17 @@ impl Workspace {
         }
     }
 
-    /// The provider whose `binaries` lists `name`, if any.
-    fn provider_of_extra_binary(&self, name: &str) -> Option<String> {
+    /// The provider of the `cmd/` binary `name` and whether it is that provider's
+    /// cloud-controller-manager (`cloud-controller-manager-<p>`) rather than one of the other
+    /// binaries its declaration lists in `binaries`. None: neither.
+    fn provider_of_binary(&self, name: &str) -> Option<(String, bool)> {
+        if let Some(p) = name.strip_prefix(BINARY_PREFIX) {
+            return Some((p.to_string(), true));
+        }
         self.providers
             .iter()
             .find(|(_, d)| d.binaries.iter().any(|b| b == name))
-            .map(|(p, _)| p.clone())
+            .map(|(p, _)| (p.clone(), false))
     }
 
     fn check_phases(&self, v: &mut Vec<Violation>) {
@@ -903,12 +907,8 @@ impl Workspace {
             .collect();
         let mut lines = Vec::new();
         for m in &binaries {
-            let extra = self.provider_of_extra_binary(&m.name);
-            let provider = m
-                .name
-                .strip_prefix(BINARY_PREFIX)
-                .or(extra.as_deref())
-                .unwrap_or("?");
+            let provider = self.provider_of_binary(&m.name).map(|(p, _)| p);
+            let provider = provider.as_deref().unwrap_or("?");
             let phase = self
                 .providers
                 .get(provider)
