@@ -208,6 +208,8 @@ pub struct Rule {
     pub matches: Vec<String>,
     /// What to do.
     pub action: Action,
+    /// How many more requests it applies to (`None`: every one).
+    pub remaining: Option<usize>,
 }
 
 impl Rule {
@@ -216,7 +218,14 @@ impl Rule {
         Self {
             matches: matches.iter().map(|s| s.to_string()).collect(),
             action,
+            remaining: None,
         }
+    }
+
+    /// The rule applies to the first `n` matching requests only; later ones are forwarded.
+    pub fn times(mut self, n: usize) -> Self {
+        self.remaining = Some(n);
+        self
     }
 }
 
@@ -414,9 +423,15 @@ async fn handle(
         let haystack = format!("{path}\n{text}");
         let mut found = s
             .rules
-            .iter()
+            .iter_mut()
+            .filter(|r| r.remaining != Some(0))
             .find(|r| r.matches.iter().all(|m| haystack.contains(m.as_str())))
-            .map(|r| r.action.clone());
+            .map(|r| {
+                if let Some(n) = r.remaining.as_mut() {
+                    *n -= 1;
+                }
+                r.action.clone()
+            });
         if found.is_none()
             && let Some(random) = &s.random
         {

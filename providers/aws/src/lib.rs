@@ -3,6 +3,8 @@
 //!
 //! [`provider_spec`] is what `cloud-controller-manager-aws` runs.
 
+pub mod controllers;
+
 pub use k8s_legacy_cloud_provider_aws as legacy;
 
 /// The provider name (`--cloud-provider` default).
@@ -14,8 +16,22 @@ pub const PROVIDER_NAME: &str = legacy::PROVIDER_NAME;
 /// `--configure-cloud-routes`, which defaults to true — most AWS clusters set it to false).
 /// Unlike upstream, a CCM started without `--cluster-cidr` skips the route controller with a
 /// warning instead of refusing to start, unless `--controllers` names it.
+///
+/// It adds upstream's tagging controller ([`controllers::tagging`]), off by default
+/// (`--controllers=*,tagging`), with its flags.
 pub fn provider_spec() -> k8s_cloud_provider::app::ProviderSpec {
-    let mut spec = k8s_cloud_provider::app::ProviderSpec::new(PROVIDER_NAME, legacy::factory());
+    let mut spec = k8s_cloud_provider::app::ProviderSpec::new(PROVIDER_NAME, legacy::factory())
+        .with_controller(controllers::tagging::provider_controller());
     spec.skip_default_route_controller_without_cluster_cidr = true;
     spec
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_with_the_providers_controllers_is_consistent() {
+        // clap checks (in debug builds, at parse time) that argument IDs are unique; a
+        // provider controller's flag named like a framework flag would fail here.
+        k8s_cloud_provider::app::command(&super::provider_spec()).debug_assert();
+    }
 }

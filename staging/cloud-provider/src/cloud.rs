@@ -47,8 +47,12 @@ impl std::fmt::Debug for InitContext {
 }
 
 /// A cloud provider: the one object a provider crate hands to the framework.
+///
+/// It is [`std::any::Any`], so that a controller a provider adds (see
+/// [`crate::app::ProviderController`]) can reach its own provider's concrete type through
+/// [`crate::controllers::ControllerContext::cloud`]: `(cloud.as_ref() as &dyn Any).downcast_ref::<MyCloud>()`.
 #[async_trait]
-pub trait CloudProvider: Send + Sync + 'static {
+pub trait CloudProvider: std::any::Any + Send + Sync {
     /// The provider's name (e.g. `aws`); provider IDs are `<name>://<instance id>`.
     fn provider_name(&self) -> &str;
 

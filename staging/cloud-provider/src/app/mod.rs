@@ -77,6 +77,53 @@ pub struct ProviderSpec {
     /// Stop (gracefully, then exit 1 so that the pod restarts) when the `--cloud-config` file
     /// changes, as cloud-provider-vsphere does: the provider reads its file once.
     pub restart_on_config_change: bool,
+    /// Controllers the provider adds to the framework's four, in start order (after them).
+    pub controllers: Vec<ProviderController>,
+}
+
+/// Starts a configured [`ProviderController`]: spawns it on the shared context, or says why it
+/// is skipped (logged as "Skipping").
+pub type ProviderControllerStart =
+    Arc<dyn Fn(ControllerContext) -> Result<tokio::task::JoinHandle<()>, String> + Send + Sync>;
+
+/// A controller a provider adds to the cloud controllers — what upstream's provider `main`
+/// does by adding an entry to `controllerInitializers`, an alias, a flag set and (for
+/// cloud-provider-aws's tagging controller) a place in `ControllersDisabledByDefault`.
+///
+/// It is then one of the command's controllers in every respect: `--controllers` (name and
+/// aliases, `*` when on by default), its own `--help` section, per-controller credentials
+/// under [`ProviderController::client_name`], the `running_managed_controllers` metric, a
+/// health check, leader migration (it is never assigned to kube-controller-manager, which
+/// does not know it), and supervision (a panic in its task stops the process).
+#[derive(Clone)]
+pub struct ProviderController {
+    /// Canonical name (`--controllers`, health check, leader migration, metrics label).
+    pub name: &'static str,
+    /// Other names `--controllers` accepts.
+    pub aliases: &'static [&'static str],
+    /// Client name: the service account with `--use-service-account-credentials`, and the
+    /// user agent `cloud-controller-manager/<client name>`.
+    pub client_name: &'static str,
+    /// Whether `*` in `--controllers` enables it.
+    pub enabled_by_default: bool,
+    /// Adds its flags to the command (usually `<Flags as clap::Args>::augment_args` of a
+    /// derive with `#[command(next_help_heading = "…")]`).
+    pub flags: fn(clap::Command) -> clap::Command,
+    /// Reads its flags from the parsed command line and returns how to start it. Called at
+    /// start-up, before any connection is made, only when the controller is enabled: an `Err`
+    /// (naming the flag and its value) stops the command like any invalid flag.
+    pub configure: fn(&clap::ArgMatches) -> Result<ProviderControllerStart, String>,
+}
+
+impl std::fmt::Debug for ProviderController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderController")
+            .field("name", &self.name)
+            .field("aliases", &self.aliases)
+            .field("client_name", &self.client_name)
+            .field("enabled_by_default", &self.enabled_by_default)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for ProviderSpec {
@@ -96,7 +143,22 @@ impl ProviderSpec {
             disabled_by_default: Vec::new(),
             skip_default_route_controller_without_cluster_cidr: false,
             restart_on_config_change: false,
+            controllers: Vec::new(),
         }
+    }
+
+    /// Adds a controller of the provider's own (see [`ProviderController`]).
+    pub fn with_controller(mut self, controller: ProviderController) -> Self {
+        self.controllers.push(controller);
+        self
+    }
+
+    /// Canonical names of every controller of the command: the framework's four, then the
+    /// provider's, in start order.
+    pub fn controller_names(&self) -> Vec<&'static str> {
+        let mut names = controllers::CONTROLLER_NAMES.to_vec();
+        names.extend(self.controllers.iter().map(|c| c.name));
+        names
     }
 
     /// Sets [`ProviderSpec::restart_on_config_change`].
@@ -176,18 +238,14 @@ pub enum AppError {
     CloudConfigChanged(String),
 }
 
-/// Legacy (1.20) controller names, used as the `running_managed_controllers` label.
+/// Legacy (1.20) controller names, used as the `running_managed_controllers` label (a
+/// provider's own controller is labelled with its name, as upstream's alias map does).
 fn legacy_name(canonical: &str) -> &str {
     controllers::controller_spec(canonical).map_or(canonical, |c| c.legacy_name)
 }
 
-/// Client name of a controller (for per-controller credentials and user agents).
-fn client_name(canonical: &str) -> &str {
-    controllers::controller_spec(canonical).map_or(controllers::node::CLIENT_NAME, |c| c.client_name)
-}
-
 /// The controllers and aliases this command knows: [`controllers::CONTROLLERS`], each on by
-/// default unless the provider keeps it off.
+/// default unless the provider keeps it off, and the provider's own.
 pub fn controller_registry(spec: &ProviderSpec) -> ControllerRegistry {
     let mut r = ControllerRegistry::new();
     for c in &controllers::CONTROLLERS {
@@ -199,16 +257,83 @@ pub fn controller_registry(spec: &ProviderSpec) -> ControllerRegistry {
             !spec.disabled_by_default.iter().any(|d| d == c.name),
         );
     }
+    for c in &spec.controllers {
+        r.register(
+            c.name,
+            c.aliases,
+            c.enabled_by_default && !spec.disabled_by_default.iter().any(|d| d == c.name),
+        );
+    }
     r
+}
+
+/// How the enabled controllers are started: the framework's from
+/// [`controllers::CONTROLLERS`], the provider's from what their
+/// [`ProviderController::configure`] returned.
+#[derive(Clone, Default)]
+struct Starters {
+    /// Canonical name → (client name, start) of the provider's enabled controllers.
+    provided: HashMap<&'static str, (&'static str, ProviderControllerStart)>,
+}
+
+impl Starters {
+    /// Reads the flags of the provider's enabled controllers; every error is returned.
+    fn configure(
+        spec: &ProviderSpec,
+        validated: &ValidatedOptions,
+        registry: &ControllerRegistry,
+    ) -> Result<Self, Vec<String>> {
+        let mut provided = HashMap::new();
+        let mut errors = Vec::new();
+        for c in &spec.controllers {
+            if !registry.is_enabled(c.name, &validated.controllers) {
+                continue;
+            }
+            match (c.configure)(&validated.options.matches) {
+                Ok(start) => {
+                    provided.insert(c.name, (c.client_name, start));
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        if errors.is_empty() {
+            Ok(Self { provided })
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Client name of a controller (for per-controller credentials and user agents).
+    fn client_name(&self, canonical: &str) -> &'static str {
+        match controllers::controller_spec(canonical) {
+            Some(c) => c.client_name,
+            None => self
+                .provided
+                .get(canonical)
+                .map_or(controllers::node::CLIENT_NAME, |(client, _)| client),
+        }
+    }
+
+    /// Builds and starts one controller.
+    fn start(&self, name: &str, ctx: &ControllerContext) -> Result<tokio::task::JoinHandle<()>, String> {
+        match self.provided.get(name) {
+            Some((_, start)) => start(ctx.clone()),
+            None => start_controller(name, ctx),
+        }
+    }
 }
 
 /// The clap command with the binary's name and `--cloud-provider` default.
 pub fn command(spec: &ProviderSpec) -> clap::Command {
     let default: &'static str = Box::leak(spec.name.clone().into_boxed_str());
     let name: &'static str = Box::leak(format!("cloud-controller-manager-{}", spec.name).into_boxed_str());
-    Options::command()
+    let mut command = Options::command()
         .name(name)
-        .mut_arg("cloud_provider", |a| a.default_value(default))
+        .mut_arg("cloud_provider", |a| a.default_value(default));
+    for c in &spec.controllers {
+        command = (c.flags)(command);
+    }
+    command
 }
 
 /// Parses command-line arguments (including the program name).
@@ -218,7 +343,9 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     let matches = command(spec).try_get_matches_from(args)?;
-    Options::from_arg_matches(&matches)
+    let mut options = Options::from_arg_matches(&matches)?;
+    options.matches = matches;
+    Ok(options)
 }
 
 /// Sets up `tracing` from `-v` and `--logging-format` (`RUST_LOG` overrides the level).
@@ -308,6 +435,8 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
     let validated = options
         .validate(&registry)
         .map_err(|e| AppError::InvalidFlags(e.join("; ")))?;
+    let starters = Starters::configure(&spec, &validated, &registry)
+        .map_err(|e| AppError::InvalidFlags(e.join("; ")))?;
     let opts = &validated.options;
     info!(version = env!("CARGO_PKG_VERSION"), provider = %opts.cloud.cloud_provider, "starting cloud-controller-manager");
     let config = load_config(opts.misc.kubeconfig.as_deref(), opts.misc.master.as_deref()).await?;
@@ -336,6 +465,8 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
     let held = Held {
         validated: &validated,
         registry: &registry,
+        starters,
+        names: spec.controller_names(),
         cloud,
         root,
         le_client: primary.as_ref().map(|(_, c)| c.clone()),
@@ -620,6 +751,9 @@ async fn delegation(opts: &Options) -> Result<(Delegation, Option<ClientCa>), Ap
 struct Held<'a, F: FnOnce() + Send + 'static> {
     validated: &'a ValidatedOptions,
     registry: &'a ControllerRegistry,
+    starters: Starters,
+    /// Every controller of the command (see [`ProviderSpec::controller_names`]).
+    names: Vec<&'static str>,
     cloud: Arc<dyn CloudProvider>,
     root: kube::Client,
     le_client: Option<kube::Client>,
@@ -637,6 +771,8 @@ impl<F: FnOnce() + Send + 'static> Held<'_, F> {
         let Held {
             validated,
             registry,
+            starters,
+            names,
             cloud,
             root,
             le_client,
@@ -655,6 +791,7 @@ impl<F: FnOnce() + Send + 'static> Held<'_, F> {
             metrics.clone(),
             &endpoints,
             controllers_stop.clone(),
+            starters,
         )
         .await
         {
@@ -670,20 +807,17 @@ impl<F: FnOnce() + Send + 'static> Held<'_, F> {
             }
             None => Classification::NonMigrated,
         };
-        let primary_set: Vec<&str> = controllers::CONTROLLER_NAMES
+        let primary_set: Vec<&'static str> = names
             .iter()
             .copied()
             .filter(|n| classify(n) == Classification::NonMigrated)
             .collect();
-        let migrated_set: Vec<&'static str> = controllers::CONTROLLER_NAMES
+        let migrated_set: Vec<&'static str> = names
             .iter()
             .copied()
             .filter(|n| classify(n) == Classification::Migrated)
             .collect();
-        for name in controllers::CONTROLLER_NAMES
-            .iter()
-            .filter(|n| classify(n) == Classification::Unowned)
-        {
+        for name in names.iter().filter(|n| classify(n) == Classification::Unowned) {
             info!(
                 controller = name,
                 "not running {name:?}: leader migration assigns it to kube-controller-manager"
@@ -769,7 +903,7 @@ impl<F: FnOnce() + Send + 'static> Held<'_, F> {
         if !running.events.flush(Duration::from_secs(5)).await {
             warn!("some events could not be written before shutdown");
         }
-        for name in controllers::CONTROLLER_NAMES {
+        for name in names.iter().copied() {
             metrics
                 .running_managed_controllers
                 .with_label_values(&[legacy_name(name), "cloud-controller-manager"])
@@ -786,6 +920,7 @@ impl<F: FnOnce() + Send + 'static> Held<'_, F> {
 /// What runs once the primary lock is held.
 struct Running {
     ctx: ControllerContext,
+    starters: Starters,
     events: EventBroadcaster,
     handles: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Cancelled when a controller's task ends before shutdown (a panic outside a reconcile):
@@ -845,6 +980,9 @@ fn supervise_controller(
     })
 }
 
+/// Builds what the controllers share: clients (one per client name, the provider's controllers'
+/// included), events, informers, then the provider's `Initialize`.
+#[allow(clippy::too_many_arguments)] // each is a distinct piece of the running process
 async fn prepare(
     validated: &ValidatedOptions,
     cloud: Arc<dyn CloudProvider>,
@@ -853,6 +991,7 @@ async fn prepare(
     metrics: Arc<Metrics>,
     endpoints: &Endpoints,
     stop: CancellationToken,
+    starters: Starters,
 ) -> Result<Running, AppError> {
     let opts = &validated.options;
     let (qps, burst) = (opts.generic.kube_api_qps, opts.generic.kube_api_burst);
@@ -863,11 +1002,15 @@ async fn prepare(
 
     // One client (and QPS budget) per controller client name, as upstream's client builder.
     let mut clients = HashMap::new();
-    for name in [
+    let mut client_names = vec![
         controllers::node::CLIENT_NAME,
         controllers::service::CLIENT_NAME,
         controllers::route::CLIENT_NAME,
-    ] {
+    ];
+    client_names.extend(starters.provided.values().map(|(client, _)| *client));
+    client_names.sort_unstable();
+    client_names.dedup();
+    for name in client_names {
         let client = if opts.generic.use_service_account_credentials {
             clients::service_account_client(&root, &config, name, qps, burst, stop.clone())
                 .await
@@ -926,6 +1069,7 @@ async fn prepare(
         .map_err(|e| AppError::Initialize(e.to_string()))?;
     Ok(Running {
         ctx,
+        starters,
         events,
         handles: parking_lot::Mutex::new(handles),
         failed: Arc::default(),
@@ -937,7 +1081,7 @@ async fn start_set(
     running: &Arc<Running>,
     validated: &ValidatedOptions,
     registry: &ControllerRegistry,
-    names: &[&str],
+    names: &[&'static str],
     metrics: &Arc<Metrics>,
     endpoints: &Endpoints,
 ) {
@@ -955,9 +1099,10 @@ async fn start_set(
             // Only reachable when on by default (named without --cluster-cidr fails at start).
             continue;
         }
-        match start_controller(name, &running.ctx) {
+        match running.starters.start(name, &running.ctx) {
             Ok(handle) => {
-                info!(controller = name, client = client_name(name), "Started {name:?}");
+                let client = running.starters.client_name(name);
+                info!(controller = name, client, "Started {name:?}");
                 metrics
                     .running_managed_controllers
                     .with_label_values(&[legacy_name(name), "cloud-controller-manager"])
@@ -974,7 +1119,6 @@ async fn start_set(
                         }
                     }),
                 );
-                let name = controllers::controller_spec(name).map_or("unknown", |c| c.name);
                 let supervised = supervise_controller(
                     name,
                     handle,

@@ -14,7 +14,9 @@ use k8s_controller_manager::{
 
 use crate::{controllers::route::parse_cluster_cidrs, service::helpers::parse_go_bool};
 
-fn go_bool(s: &str) -> Result<bool, String> {
+/// A Go boolean flag value (`true`, `false`, `1`, `0`, `t`, `F`, …), as a clap value parser:
+/// providers use it for the flags of their own controllers.
+pub fn go_bool(s: &str) -> Result<bool, String> {
     parse_go_bool(s).ok_or_else(|| format!("invalid boolean {s:?} (use true or false)"))
 }
 
@@ -70,6 +72,10 @@ pub struct Options {
     /// Logging flags.
     #[command(flatten, next_help_heading = "Logging flags")]
     pub logging: LoggingFlags,
+    /// Everything parsed from the command line, including the flags of the controllers a
+    /// provider adds ([`crate::app::ProviderController::flags`]), which read them from here.
+    #[arg(skip)]
+    pub matches: clap::ArgMatches,
 }
 
 /// Cloud provider flags.
@@ -93,7 +99,8 @@ pub struct GenericFlags {
     /// A list of controllers to enable. '*' enables all on-by-default controllers, 'foo' enables
     /// the controller named 'foo', '-foo' disables the controller named 'foo'. Controllers:
     /// cloud-node-controller (cloud-node), cloud-node-lifecycle-controller (cloud-node-lifecycle),
-    /// service-lb-controller (service), node-route-controller (route).
+    /// service-lb-controller (service), node-route-controller (route), and those the provider
+    /// adds (each with its own flag section below).
     #[arg(long = "controllers", value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,
     /// The instance prefix for the cluster.

@@ -26,6 +26,7 @@ pub mod instances;
 pub mod lb;
 pub mod routes;
 pub mod sts;
+pub mod tags;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 

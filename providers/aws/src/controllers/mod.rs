@@ -1,0 +1,4 @@
+//! Controllers of the AWS cloud-controller-manager beyond the framework's four (upstream
+//! `pkg/controllers`).
+
+pub mod tagging;
