@@ -1141,6 +1141,61 @@ async fn start_set(
 mod tests {
     use super::*;
 
+    fn no_cloud() -> Factory {
+        Arc::new(|_| Box::pin(async { Err("no cloud in this test".into()) }))
+    }
+
+    /// A provider controller with one flag `--greeting`, which must not be empty.
+    fn greeter() -> ProviderController {
+        ProviderController {
+            name: "greeter",
+            aliases: &["hello"],
+            client_name: "greeter-controller",
+            enabled_by_default: false,
+            flags: |c| c.arg(clap::Arg::new("greeting").long("greeting").default_value("")),
+            configure: |m| {
+                let greeting = m.get_one::<String>("greeting").cloned().unwrap_or_default();
+                if greeting.is_empty() {
+                    return Err("--greeting must not be empty".into());
+                }
+                let start: ProviderControllerStart = Arc::new(|_| Err("not started in this test".into()));
+                Ok(start)
+            },
+        }
+    }
+
+    fn configured(args: &[&str]) -> Result<Starters, Vec<String>> {
+        let spec = ProviderSpec::new("test", no_cloud()).with_controller(greeter());
+        let registry = controller_registry(&spec);
+        let options = parse_from(&spec, std::iter::once("ccm").chain(args.iter().copied()))
+            .map_err(|e| vec![e.to_string()])?;
+        let validated = options.validate(&registry)?;
+        Starters::configure(&spec, &validated, &registry)
+    }
+
+    #[test]
+    fn a_provider_controller_is_a_controller_of_the_command() {
+        let spec = ProviderSpec::new("test", no_cloud()).with_controller(greeter());
+        command(&spec).debug_assert();
+        assert_eq!(spec.controller_names().last(), Some(&"greeter"));
+        // Off by default: not configured (its flags not checked) unless named, by name or alias.
+        assert!(configured(&[]).expect("valid").provided.is_empty());
+        for named in ["--controllers=*,greeter", "--controllers=hello"] {
+            let errors = configured(&[named])
+                .err()
+                .expect("its flag is checked once enabled");
+            assert_eq!(errors, ["--greeting must not be empty"], "{named}");
+            let ok = configured(&[named, "--greeting=hi"]).expect("valid");
+            assert_eq!(ok.client_name("greeter"), "greeter-controller");
+        }
+        assert!(
+            configured(&["--controllers=*,-greeter"])
+                .expect("valid")
+                .provided
+                .is_empty()
+        );
+    }
+
     #[tokio::test]
     async fn a_controller_task_that_panics_is_counted_and_reported_as_fatal() {
         let metrics = Arc::new(Metrics::new());
