@@ -151,7 +151,8 @@ async fn instances_of_nodes_are_tagged_a_failing_create_tags_is_retried_and_dele
         proxy.faulted()
     );
 
-    // Someone changes one tag of the third instance; then two Nodes are deleted.
+    // Someone changes one tag of the third instance; the always-refused one gets the same tags
+    // from elsewhere (as from a launch template). Then three Nodes are deleted.
     moto.ec2()
         .create_tags()
         .resources(&changed.id)
@@ -163,7 +164,19 @@ async fn instances_of_nodes_are_tagged_a_failing_create_tags_is_retried_and_dele
         )
         .send()
         .await?;
-    for i in [tagged, changed] {
+    moto.ec2()
+        .create_tags()
+        .resources(&refused.id)
+        .tags(
+            aws_sdk_ec2::types::Tag::builder()
+                .key("team")
+                .value("blue")
+                .build(),
+        )
+        .tags(aws_sdk_ec2::types::Tag::builder().key("env").value("e2e").build())
+        .send()
+        .await?;
+    for i in [tagged, changed, refused] {
         nodes
             .delete(&i.private_dns_name, &DeleteParams::default())
             .await?;
@@ -189,6 +202,16 @@ async fn instances_of_nodes_are_tagged_a_failing_create_tags_is_retried_and_dele
         kept.get("team").map(String::as_str),
         Some("red"),
         "a tag changed by someone else is not removed: {kept:?}"
+    );
+    // The Node this controller never tagged (no label) is not untagged: its tags stay.
+    let skipped = format!("Skip untagging node {}", refused.private_dns_name);
+    wait_for("the unlabelled Node's deletion seen", T, || async {
+        ccm.log().contains(&skipped).then_some(())
+    })
+    .await?;
+    assert!(
+        has_user_tags(&instance_tags(&moto, &refused.id).await?),
+        "tags not set by the controller stay"
     );
     // The remaining Node keeps its tags.
     assert!(has_user_tags(&instance_tags(&moto, &failing.id).await?));

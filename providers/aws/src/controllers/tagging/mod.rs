@@ -6,7 +6,7 @@
 //!   sorted `key=value` list of `--tags` → an `ADD` work item: `CreateTags` on the instance of
 //!   its provider ID, then the label is set (so that the Node is skipped from then on, and
 //!   tagged again when `--tags` changes);
-//! - Node deleted → a `DELETE` work item: `DeleteTags` (with the values, so a tag someone has
+//! - Node with the label deleted → a `DELETE` work item: `DeleteTags` (with the values, so a tag someone has
 //!   changed since stays); an instance that no longer exists counts as untagged;
 //! - an instance "not found" while the Node is less than 5 minutes old is retried (`CreateTags`
 //!   is eventually consistent), later it is given up; an `InvalidID` (KWOK's fake nodes) is
@@ -18,7 +18,9 @@
 //!   Node's creation to its first tagging.
 //!
 //! Deliberate differences: cluster-ownership tag keys are refused in `--tags`
-//! ([`options::TaggingFlags::validate`]); a panic in one work item is caught and the item
+//! ([`options::TaggingFlags::validate`]); a deleted Node without the label (its instance was
+//! never tagged by this controller, e.g. tagging kept failing, or the tags come from a launch
+//! template) is not untagged — upstream removes the tags from it all the same; a panic in one work item is caught and the item
 //! retried like a failure (the framework's rule) instead of crashing the process; each
 //! reconcile is also counted in `controller_reconcile_total{controller="tagging"}`.
 
@@ -312,7 +314,17 @@ impl TaggingController {
                                 this.enqueue(&new, Action::Add);
                             }
                         }
-                        InformerEvent::Deleted(n) => this.enqueue(&n, Action::Delete),
+                        InformerEvent::Deleted(n) => {
+                            if has_label(&n) {
+                                this.enqueue(&n, Action::Delete);
+                            } else {
+                                let name = n.metadata.name.as_deref().unwrap_or_default();
+                                info!(
+                                    node = name,
+                                    "Skip untagging node {name}: its instance was never tagged by this controller (no {LABEL_KEY} label)"
+                                );
+                            }
+                        }
                         InformerEvent::Resync => {
                             for n in this.ctx.nodes.store().list() {
                                 if this.is_tagging_required(&n) {
@@ -479,12 +491,9 @@ impl TaggingController {
             }
         }
         info!(node = %name, "Successfully labeled node {name} with {LABEL_KEY}={}.", self.checksum);
-        let initial = node
-            .metadata
-            .labels
-            .as_ref()
-            .is_none_or(|l| !l.contains_key(LABEL_KEY));
-        if initial && let Some(a) = age(node) {
+        if !has_label(node)
+            && let Some(a) = age(node)
+        {
             self.metrics.initial_node_tagging_delay.observe(a.as_secs_f64());
         }
         Ok(())
@@ -519,6 +528,14 @@ impl TaggingController {
             }),
         }
     }
+}
+
+/// Whether the Node carries the label of a tagging (with any tags).
+fn has_label(node: &Node) -> bool {
+    node.metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(LABEL_KEY))
 }
 
 /// How long ago the Node was created (`None` without a creation time).
