@@ -79,6 +79,31 @@ pub struct ProviderSpec {
     pub restart_on_config_change: bool,
     /// Controllers the provider adds to the framework's four, in start order (after them).
     pub controllers: Vec<ProviderController>,
+    /// Commands of the binary besides running the controllers (`<binary> <command> …`).
+    pub commands: Vec<ProviderCommand>,
+}
+
+/// A command of a provider's binary besides running the controllers: `<binary> <name> [flags]`
+/// (e.g. the AWS binary's `orphans`). It has its own flags (the CCM's flags do not apply to it)
+/// and decides its exit code; logging is set up for it as for the CCM.
+#[derive(Clone)]
+pub struct ProviderCommand {
+    /// The sub-command's name.
+    pub name: &'static str,
+    /// One line for `--help`.
+    pub about: &'static str,
+    /// Adds its flags (usually `<Flags as clap::Args>::augment_args`).
+    pub flags: fn(clap::Command) -> clap::Command,
+    /// Runs it with its parsed flags.
+    pub run: fn(clap::ArgMatches) -> futures::future::BoxFuture<'static, ExitCode>,
+}
+
+impl std::fmt::Debug for ProviderCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderCommand")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Starts a configured [`ProviderController`]: spawns it on the shared context, or says why it
@@ -144,7 +169,14 @@ impl ProviderSpec {
             skip_default_route_controller_without_cluster_cidr: false,
             restart_on_config_change: false,
             controllers: Vec::new(),
+            commands: Vec::new(),
         }
+    }
+
+    /// Adds a command of the binary (see [`ProviderCommand`]).
+    pub fn with_command(mut self, command: ProviderCommand) -> Self {
+        self.commands.push(command);
+        self
     }
 
     /// Adds a controller of the provider's own (see [`ProviderController`]).
@@ -333,6 +365,12 @@ pub fn command(spec: &ProviderSpec) -> clap::Command {
     for c in &spec.controllers {
         command = (c.flags)(command);
     }
+    for c in &spec.commands {
+        command = command.subcommand((c.flags)(clap::Command::new(c.name).about(c.about)));
+    }
+    if !spec.commands.is_empty() {
+        command = command.args_conflicts_with_subcommands(true);
+    }
     command
 }
 
@@ -391,6 +429,14 @@ pub fn main(spec: ProviderSpec) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some((name, matches)) = options.matches.subcommand()
+        && let Some(c) = spec.commands.iter().find(|c| c.name == name)
+    {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let code = runtime.block_on((c.run)(matches.clone()));
+        runtime.shutdown_timeout(Duration::from_secs(1));
+        return code;
+    }
     let result = runtime.block_on(async {
         let shutdown = CancellationToken::new();
         tokio::spawn(cancel_on_signal(shutdown.clone()));

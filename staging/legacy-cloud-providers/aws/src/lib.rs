@@ -24,6 +24,7 @@ pub mod api;
 pub mod config;
 pub mod instances;
 pub mod lb;
+pub mod orphans;
 pub mod routes;
 pub mod sts;
 pub mod tags;

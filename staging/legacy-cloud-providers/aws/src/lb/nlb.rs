@@ -963,7 +963,7 @@ impl AwsCloud {
         .await
     }
 
-    async fn delete_target_group(&self, arn: &str) -> CloudResult<()> {
+    pub(crate) async fn delete_target_group(&self, arn: &str) -> CloudResult<()> {
         let r = self
             .api
             .call(

@@ -1,0 +1,483 @@
+//! Finding (and deleting) the load-balancer resources this cluster owns that no Service owns
+//! any more — what a cloud-controller-manager leaves behind when a Service's cleanup finalizer
+//! was removed by hand, when it was stopped for good, or when a bug skipped a deletion. Not
+//! part of upstream; the `orphans` command of `cloud-controller-manager-aws` runs it.
+//!
+//! Only resources tagged `kubernetes.io/cluster/<id>=owned` (or the legacy
+//! `KubernetesCluster=<id>`) and `kubernetes.io/service-name=<namespace>/<name>` are looked at:
+//! Classic ELBs, NLBs, their target groups, and their security groups (`k8s-elb-<lb name>` and
+//! the NLB's managed group). Resources of the AWS Load Balancer Controller (`elbv2.k8s.aws/…`
+//! tags) are never considered. A resource is an orphan when no Service of the given list wants
+//! it; a Service wants the resources of its load-balancer name (`a` + its UID) when it is
+//! `type: LoadBalancer` or still carries the cleanup finalizer (its deletion is the CCM's job),
+//! of the kind its annotations name — both kinds when they do not parse (doubt keeps).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use aws_sdk_ec2::types::Filter;
+use k8s_cloud_provider::{
+    CloudError, CloudResult,
+    service::helpers::{default_load_balancer_name, service_key},
+};
+use k8s_openapi::api::core::v1::Service;
+
+use crate::{
+    AwsCloud,
+    annotations::{LbKind, LbOptions, is_external},
+    cloud_error,
+    lb::network::not_found_as_none,
+};
+
+/// The finalizer of the service controller's load-balancer cleanup.
+const CLEANUP_FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
+/// The Service tag on every load-balancer resource this provider creates.
+const SERVICE_TAG: &str = "kubernetes.io/service-name";
+
+/// What kind of resource an [`Orphan`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum OrphanKind {
+    /// A Classic ELB.
+    ClassicLoadBalancer,
+    /// A Network Load Balancer.
+    NetworkLoadBalancer,
+    /// An NLB target group.
+    TargetGroup,
+    /// A load balancer's security group.
+    SecurityGroup,
+}
+
+impl std::fmt::Display for OrphanKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::ClassicLoadBalancer => "classic-elb",
+            Self::NetworkLoadBalancer => "nlb",
+            Self::TargetGroup => "target-group",
+            Self::SecurityGroup => "security-group",
+        })
+    }
+}
+
+/// A cluster-owned resource no Service owns.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Orphan {
+    /// Its kind (deletion order: load balancers, target groups, security groups).
+    pub kind: OrphanKind,
+    /// Its name.
+    pub name: String,
+    /// Its ID: the name (Classic ELB), the ARN (NLB, target group) or the group ID.
+    pub id: String,
+    /// The Service it was made for (`namespace/name`, from its tag).
+    pub service: String,
+    /// Why no Service owns it.
+    pub reason: String,
+}
+
+/// What the Services of the cluster want.
+#[derive(Debug, Default)]
+struct Wanted {
+    /// Load-balancer names wanted as Classic ELBs.
+    classic: BTreeSet<String>,
+    /// Load-balancer names wanted as NLBs.
+    network: BTreeSet<String>,
+    /// Service keys that want an NLB (their target groups are theirs).
+    network_services: BTreeSet<String>,
+    /// Security-group names in use by wanted load balancers.
+    groups: BTreeSet<String>,
+    /// Service keys that exist, for the reasons.
+    services: BTreeSet<String>,
+}
+
+impl AwsCloud {
+    fn wanted(&self, cluster_name: &str, services: &[Service]) -> Wanted {
+        let mut w = Wanted::default();
+        for svc in services {
+            let key = service_key(svc);
+            w.services.insert(key.clone());
+            let is_lb = svc.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer");
+            let has_finalizer = svc
+                .metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| f.iter().any(|f| f == CLEANUP_FINALIZER));
+            if !(is_lb || has_finalizer) || is_external(svc) {
+                continue;
+            }
+            let name = default_load_balancer_name(svc);
+            let kind = LbOptions::parse(svc)
+                .ok()
+                .map(|o| o.kind.unwrap_or(LbKind::Classic));
+            if matches!(kind, None | Some(LbKind::Classic)) {
+                w.groups.insert(format!("k8s-elb-{name}"));
+                w.classic.insert(name.clone());
+            }
+            if matches!(kind, None | Some(LbKind::Network)) {
+                w.groups.insert(Self::managed_group_name(cluster_name, svc));
+                w.network.insert(name);
+                w.network_services.insert(key);
+            }
+        }
+        w
+    }
+
+    /// Whether a tag set belongs to the load-balancer resources of this provider and cluster.
+    fn ours(&self, tags: &BTreeMap<String, String>) -> Option<String> {
+        if !self.owned_by_cluster(tags) || tags.keys().any(|k| k.starts_with("elbv2.k8s.aws/")) {
+            return None;
+        }
+        tags.get(SERVICE_TAG).cloned()
+    }
+
+    fn reason(w: &Wanted, service: &str, what: &str) -> String {
+        if w.services.contains(service) {
+            format!("Service {service} exists but wants no {what}")
+        } else {
+            format!("Service {service} does not exist")
+        }
+    }
+
+    /// The cluster-owned load-balancer resources no Service of `services` (every Service of
+    /// the cluster) owns, sorted by kind and name. `cluster_name` is `--cluster-name` (it is
+    /// part of the NLB security group's name).
+    pub async fn find_orphans(&self, cluster_name: &str, services: &[Service]) -> CloudResult<Vec<Orphan>> {
+        let w = self.wanted(cluster_name, services);
+        let mut found = Vec::new();
+
+        // Classic ELBs (paged; tags read 20 at a time).
+        let mut names = Vec::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let out = self
+                .api
+                .call(
+                    "elb_describe_load_balancers",
+                    self.elb
+                        .describe_load_balancers()
+                        .set_marker(marker.clone())
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error("listing classic ELBs", e))?;
+            names.extend(
+                out.load_balancer_descriptions()
+                    .iter()
+                    .filter_map(|d| d.load_balancer_name().map(str::to_string)),
+            );
+            marker = out.next_marker().filter(|m| !m.is_empty()).map(str::to_string);
+            if marker.is_none() {
+                break;
+            }
+        }
+        for chunk in names.chunks(20) {
+            let out = self
+                .api
+                .call(
+                    "elb_describe_tags",
+                    self.elb
+                        .describe_tags()
+                        .set_load_balancer_names(Some(chunk.to_vec()))
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error("reading classic ELB tags", e))?;
+            for d in out.tag_descriptions() {
+                let tags = d
+                    .tags()
+                    .iter()
+                    .map(|t| (t.key().to_string(), t.value().unwrap_or_default().to_string()))
+                    .collect();
+                let name = d.load_balancer_name().unwrap_or_default();
+                if let Some(service) = self.ours(&tags)
+                    && !w.classic.contains(name)
+                {
+                    found.push(Orphan {
+                        kind: OrphanKind::ClassicLoadBalancer,
+                        name: name.to_string(),
+                        id: name.to_string(),
+                        reason: Self::reason(&w, &service, &format!("classic ELB named {name}")),
+                        service,
+                    });
+                }
+            }
+        }
+
+        // NLBs and target groups.
+        let mut arns: BTreeMap<String, (OrphanKind, String, Vec<String>)> = BTreeMap::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let out = self
+                .api
+                .call(
+                    "elbv2_describe_load_balancers",
+                    self.elbv2
+                        .describe_load_balancers()
+                        .set_marker(marker.clone())
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error("listing NLBs", e))?;
+            for lb in out.load_balancers() {
+                if lb.r#type().map(|t| t.as_str()) == Some("network") {
+                    arns.insert(
+                        lb.load_balancer_arn().unwrap_or_default().to_string(),
+                        (
+                            OrphanKind::NetworkLoadBalancer,
+                            lb.load_balancer_name().unwrap_or_default().to_string(),
+                            vec![],
+                        ),
+                    );
+                }
+            }
+            marker = out.next_marker().filter(|m| !m.is_empty()).map(str::to_string);
+            if marker.is_none() {
+                break;
+            }
+        }
+        let mut marker: Option<String> = None;
+        loop {
+            let out = self
+                .api
+                .call(
+                    "elbv2_describe_target_groups",
+                    self.elbv2
+                        .describe_target_groups()
+                        .set_marker(marker.clone())
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error("listing target groups", e))?;
+            for tg in out.target_groups() {
+                arns.insert(
+                    tg.target_group_arn().unwrap_or_default().to_string(),
+                    (
+                        OrphanKind::TargetGroup,
+                        tg.target_group_name().unwrap_or_default().to_string(),
+                        tg.load_balancer_arns().to_vec(),
+                    ),
+                );
+            }
+            marker = out.next_marker().filter(|m| !m.is_empty()).map(str::to_string);
+            if marker.is_none() {
+                break;
+            }
+        }
+        let keys: Vec<String> = arns.keys().cloned().collect();
+        let mut orphan_nlbs = BTreeSet::new();
+        let mut target_groups = Vec::new();
+        for chunk in keys.chunks(20) {
+            let out = self
+                .api
+                .call(
+                    "elbv2_describe_tags",
+                    self.elbv2
+                        .describe_tags()
+                        .set_resource_arns(Some(chunk.to_vec()))
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error("reading NLB and target group tags", e))?;
+            for d in out.tag_descriptions() {
+                let tags = d
+                    .tags()
+                    .iter()
+                    .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+                    .collect();
+                let arn = d.resource_arn().unwrap_or_default();
+                let (Some(service), Some((kind, name, lbs))) = (self.ours(&tags), arns.get(arn)) else {
+                    continue;
+                };
+                match kind {
+                    OrphanKind::NetworkLoadBalancer if !w.network.contains(name) => {
+                        orphan_nlbs.insert(arn.to_string());
+                        found.push(Orphan {
+                            kind: *kind,
+                            name: name.clone(),
+                            id: arn.to_string(),
+                            reason: Self::reason(&w, &service, &format!("NLB named {name}")),
+                            service,
+                        });
+                    }
+                    OrphanKind::TargetGroup => {
+                        target_groups.push((arn.to_string(), name.clone(), lbs.clone(), service))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // A target group is an orphan when its Service wants no NLB and every load balancer
+        // it is attached to is an orphan too (it goes with them).
+        for (arn, name, lbs, service) in target_groups {
+            if !w.network_services.contains(&service) && lbs.iter().all(|lb| orphan_nlbs.contains(lb)) {
+                found.push(Orphan {
+                    kind: OrphanKind::TargetGroup,
+                    name,
+                    id: arn,
+                    reason: Self::reason(&w, &service, "NLB"),
+                    service,
+                });
+            }
+        }
+
+        // Security groups of load balancers, in the cluster's VPC.
+        let vpc = self.vpc_id().await?;
+        let mut token: Option<String> = None;
+        loop {
+            let out = self
+                .api
+                .call(
+                    "describe_security_groups",
+                    self.ec2
+                        .describe_security_groups()
+                        .filters(Filter::builder().name("vpc-id").values(&vpc).build())
+                        .set_next_token(token.clone())
+                        .send(),
+                )
+                .await
+                .map_err(|e| cloud_error("listing security groups", e))?;
+            for g in out.security_groups() {
+                let tags = crate::lb::network::tags_of(g);
+                let name = g.group_name().unwrap_or_default();
+                let id = g.group_id().unwrap_or_default();
+                let Some(service) = self.ours(&tags) else { continue };
+                if id == self.config.elb_security_group || w.groups.contains(name) {
+                    continue;
+                }
+                found.push(Orphan {
+                    kind: OrphanKind::SecurityGroup,
+                    name: name.to_string(),
+                    id: id.to_string(),
+                    reason: Self::reason(&w, &service, &format!("load balancer with security group {name}")),
+                    service,
+                });
+            }
+            token = out.next_token().filter(|t| !t.is_empty()).map(str::to_string);
+            if token.is_none() {
+                break;
+            }
+        }
+        found.sort();
+        Ok(found)
+    }
+
+    /// Deletes one orphan found by [`AwsCloud::find_orphans`] the way the service controller
+    /// deletes a load balancer: a Classic ELB or NLB with its listeners, the node security
+    /// group rules that admitted it and its owned security groups; a target group; a security
+    /// group after the rules of other cluster groups that name it. Ownership is checked again
+    /// on every resource before it is deleted. Delete load balancers before target groups and
+    /// security groups (the order [`AwsCloud::find_orphans`] returns).
+    pub async fn delete_orphan(&self, cluster_name: &str, orphan: &Orphan) -> CloudResult<()> {
+        let (namespace, name) = orphan.service.split_once('/').unwrap_or(("", &orphan.service));
+        let svc = Service {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                namespace: Some(namespace.to_string()),
+                name: Some(name.to_string()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match orphan.kind {
+            OrphanKind::ClassicLoadBalancer => {
+                if self.classic_owned(&orphan.id).await? {
+                    self.delete_classic(&orphan.id, &BTreeSet::new()).await?;
+                }
+            }
+            OrphanKind::NetworkLoadBalancer => {
+                if self.elbv2_owned(&orphan.id).await? {
+                    self.delete_nlb(cluster_name, &orphan.name, &svc, &BTreeSet::new())
+                        .await?;
+                }
+            }
+            OrphanKind::TargetGroup => {
+                // Gone already when it went with its NLB.
+                if self.elbv2_owned(&orphan.id).await? {
+                    self.delete_target_group(&orphan.id).await?;
+                }
+            }
+            OrphanKind::SecurityGroup => {
+                let out = self
+                    .api
+                    .call(
+                        "describe_security_groups",
+                        self.ec2
+                            .describe_security_groups()
+                            .filters(Filter::builder().name("group-id").values(&orphan.id).build())
+                            .send(),
+                    )
+                    .await
+                    .map_err(|e| cloud_error(format!("describing security group {}", orphan.id), e))?;
+                let Some(g) = out.security_groups().first() else {
+                    return Ok(()); // gone with its load balancer
+                };
+                if self.ours(&crate::lb::network::tags_of(g)).is_none() {
+                    return Err(CloudError::msg(format!(
+                        "security group {} is not owned by this cluster's load balancers; not deleted",
+                        orphan.id
+                    )));
+                }
+                self.revoke_references(&orphan.id).await?;
+                self.delete_owned_security_group(g, std::time::Duration::from_secs(120))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the Classic ELB exists and is this cluster's (`Ok(false)`: gone); an ELB of
+    /// somebody else is an error.
+    async fn classic_owned(&self, name: &str) -> CloudResult<bool> {
+        let r = self
+            .api
+            .call(
+                "elb_describe_tags",
+                self.elb.describe_tags().load_balancer_names(name).send(),
+            )
+            .await;
+        let Some(out) = not_found_as_none(r, &["LoadBalancerNotFound"])
+            .map_err(|e| cloud_error(format!("reading the tags of classic ELB {name}"), e))?
+        else {
+            return Ok(false);
+        };
+        let tags = out
+            .tag_descriptions()
+            .iter()
+            .flat_map(|d| d.tags())
+            .map(|t| (t.key().to_string(), t.value().unwrap_or_default().to_string()))
+            .collect();
+        match self.ours(&tags) {
+            Some(_) => Ok(true),
+            None => Err(CloudError::msg(format!(
+                "classic ELB {name} is not owned by this cluster's load balancers; not deleted"
+            ))),
+        }
+    }
+
+    /// Whether the NLB or target group exists and is this cluster's (`Ok(false)`: gone).
+    async fn elbv2_owned(&self, arn: &str) -> CloudResult<bool> {
+        let r = self
+            .api
+            .call(
+                "elbv2_describe_tags",
+                self.elbv2.describe_tags().resource_arns(arn).send(),
+            )
+            .await;
+        let Some(out) = not_found_as_none(r, &["LoadBalancerNotFound", "TargetGroupNotFound"])
+            .map_err(|e| cloud_error(format!("reading the tags of {arn}"), e))?
+        else {
+            return Ok(false);
+        };
+        if out.tag_descriptions().is_empty() {
+            return Ok(false);
+        }
+        let tags = out
+            .tag_descriptions()
+            .iter()
+            .flat_map(|d| d.tags())
+            .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+            .collect();
+        match self.ours(&tags) {
+            Some(_) => Ok(true),
+            None => Err(CloudError::msg(format!(
+                "{arn} is not owned by this cluster's load balancers; not deleted"
+            ))),
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! `cloud-controller-manager-aws orphans` on the real binary, kube-apiserver and moto: after two
+//! Services lost their cleanup finalizer by hand and were deleted while the CCM was stopped
+//! (so nothing cleaned up), it lists exactly their load balancers, target groups and security
+//! groups; `--delete` without `--yes` and without a "y" deletes nothing; `--delete --yes`
+//! deletes exactly them, leaving the other Service's load balancer, another cluster's load
+//! balancer and the cluster's node security group alone; a second run finds nothing.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use anyhow::Result;
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::{
+    Api,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use nix::sys::signal::Signal;
+use rcp_e2e::{
+    Moto, TestCluster,
+    ccm::CcmProcess,
+    k8s::{load_balancer_service, register_tainted_nodes, wait_for_ingress},
+    paths,
+};
+
+const T: Duration = Duration::from_secs(120);
+const SERVICE_TAG: &str = "kubernetes.io/service-name";
+
+/// Every resource of the world's load balancers, as `(kind, name, service tag, cluster tags)`.
+async fn inventory(moto: &Moto, vpc: &str) -> Result<Vec<(String, String, String, String)>> {
+    let mut all = Vec::new();
+    let clusters = |tags: &BTreeMap<String, String>| {
+        tags.iter()
+            .filter(|(k, _)| k.starts_with("kubernetes.io/cluster/"))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let elb = moto.elb();
+    for d in elb
+        .describe_load_balancers()
+        .send()
+        .await?
+        .load_balancer_descriptions()
+    {
+        let name = d.load_balancer_name().unwrap_or_default();
+        let tags: BTreeMap<String, String> = elb
+            .describe_tags()
+            .load_balancer_names(name)
+            .send()
+            .await?
+            .tag_descriptions()
+            .iter()
+            .flat_map(|t| t.tags())
+            .map(|t| (t.key().to_string(), t.value().unwrap_or_default().to_string()))
+            .collect();
+        all.push((
+            "classic-elb".into(),
+            name.into(),
+            tags.get(SERVICE_TAG).cloned().unwrap_or_default(),
+            clusters(&tags),
+        ));
+    }
+    let elbv2 = moto.elbv2();
+    let mut arns = Vec::new();
+    for lb in elbv2.describe_load_balancers().send().await?.load_balancers() {
+        arns.push((
+            "nlb",
+            lb.load_balancer_name().unwrap_or_default().to_string(),
+            lb.load_balancer_arn().unwrap_or_default().to_string(),
+        ));
+    }
+    for tg in elbv2.describe_target_groups().send().await?.target_groups() {
+        arns.push((
+            "target-group",
+            tg.target_group_name().unwrap_or_default().to_string(),
+            tg.target_group_arn().unwrap_or_default().to_string(),
+        ));
+    }
+    for (kind, name, arn) in arns {
+        let tags: BTreeMap<String, String> = elbv2
+            .describe_tags()
+            .resource_arns(&arn)
+            .send()
+            .await?
+            .tag_descriptions()
+            .iter()
+            .flat_map(|t| t.tags())
+            .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+            .collect();
+        all.push((
+            kind.into(),
+            name,
+            tags.get(SERVICE_TAG).cloned().unwrap_or_default(),
+            clusters(&tags),
+        ));
+    }
+    let groups = moto
+        .ec2()
+        .describe_security_groups()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("vpc-id")
+                .values(vpc)
+                .build(),
+        )
+        .send()
+        .await?;
+    for g in groups.security_groups() {
+        let tags: BTreeMap<String, String> = g
+            .tags()
+            .iter()
+            .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+            .collect();
+        if !clusters(&tags).is_empty() {
+            all.push((
+                "security-group".into(),
+                g.group_name().unwrap_or_default().into(),
+                tags.get(SERVICE_TAG).cloned().unwrap_or_default(),
+                clusters(&tags),
+            ));
+        }
+    }
+    all.sort();
+    Ok(all)
+}
+
+/// Runs `cloud-controller-manager-aws orphans <args>`: `(exit code, stdout, stderr)`.
+fn orphans(moto: &Moto, args: &[String]) -> Result<(i32, String, String)> {
+    let out = std::process::Command::new(paths::workspace_binary("cloud-controller-manager-aws")?)
+        .arg("orphans")
+        .args(args)
+        .envs(moto.sdk_env())
+        .env("RUST_LOG", "warn")
+        .output()?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    ))
+}
+
+#[tokio::test]
+async fn orphans_lists_and_deletes_exactly_what_no_service_owns() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let moto = Moto::start().await?;
+    let world = moto.build_world("e2e", 2).await?;
+    let config = cluster.dir().join("cloud.conf");
+    std::fs::write(&config, moto.cloud_config(&world))?;
+    let kubeconfig = cluster.ccm_kubeconfig("aws/base")?;
+    let mut ccm = CcmProcess::start_with_env(
+        "cloud-controller-manager-aws",
+        "ccm-aws-orphans",
+        &kubeconfig,
+        cluster.dir(),
+        &[
+            format!("--cloud-config={}", config.display()),
+            "--leader-elect=false".into(),
+            "--cluster-name=e2e".into(),
+        ],
+        &moto.sdk_env(),
+    )?;
+    let client = cluster.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    register_tainted_nodes(&nodes, &world.node_names(), Some(T)).await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    for (name, annotations) in [
+        ("kept", vec![]),
+        ("gone", vec![]),
+        ("gone-nlb", vec![("type", "nlb")]),
+    ] {
+        services
+            .create(
+                &PostParams::default(),
+                &load_balancer_service(name, &annotations, &[(80, "http")]),
+            )
+            .await?;
+    }
+    for name in ["kept", "gone", "gone-nlb"] {
+        wait_for_ingress(&services, name, T).await?;
+    }
+    // Another cluster's load balancer in the same account.
+    moto.elb()
+        .create_load_balancer()
+        .load_balancer_name("other-cluster-lb")
+        .listeners(
+            aws_sdk_elasticloadbalancing::types::Listener::builder()
+                .protocol("TCP")
+                .load_balancer_port(80)
+                .instance_port(30080)
+                .build()?,
+        )
+        .subnets(&world.subnets[0].1)
+        .tags(
+            aws_sdk_elasticloadbalancing::types::Tag::builder()
+                .key("kubernetes.io/cluster/other")
+                .value("owned")
+                .build()?,
+        )
+        .tags(
+            aws_sdk_elasticloadbalancing::types::Tag::builder()
+                .key(SERVICE_TAG)
+                .value("default/gone")
+                .build()?,
+        )
+        .send()
+        .await?;
+
+    // The CCM stops; the two Services lose their finalizer by hand and are deleted.
+    ccm.signal(Signal::SIGTERM)?;
+    ccm.wait_exit(Duration::from_secs(30))?;
+    for name in ["gone", "gone-nlb"] {
+        services
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&serde_json::json!({"metadata": {"finalizers": null}})),
+            )
+            .await?;
+        services.delete(name, &DeleteParams::default()).await?;
+    }
+    let before = inventory(&moto, &world.vpc_id).await?;
+    let ours = |service: &str| {
+        before
+            .iter()
+            .filter(|(_, _, s, c)| s == service && c == "kubernetes.io/cluster/e2e=owned")
+            .map(|(k, n, _, _)| (k.clone(), n.clone()))
+            .collect::<Vec<_>>()
+    };
+    let mut expected = ours("default/gone");
+    expected.extend(ours("default/gone-nlb"));
+    expected.sort();
+    println!("left behind: {expected:#?}");
+    assert!(expected.iter().any(|(k, _)| k == "classic-elb"), "{before:#?}");
+    assert!(expected.iter().any(|(k, _)| k == "nlb"), "{before:#?}");
+    assert!(expected.iter().any(|(k, _)| k == "target-group"), "{before:#?}");
+    assert!(expected.iter().any(|(k, _)| k == "security-group"), "{before:#?}");
+
+    let args = vec![
+        format!("--cloud-config={}", config.display()),
+        format!("--kubeconfig={}", kubeconfig.display()),
+        "--cluster-name=e2e".to_string(),
+    ];
+    let (code, out, err) = orphans(&moto, &args)?;
+    println!("{out}");
+    assert_eq!(code, 0, "{err}");
+    let mut listed: Vec<(String, String)> = out
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let mut cols = l.split_whitespace();
+            let kind = cols.next()?;
+            let name = cols.next()?;
+            matches!(kind, "classic-elb" | "nlb" | "target-group" | "security-group")
+                .then(|| (kind.to_string(), name.to_string()))
+        })
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed, expected,
+        "exactly what the two Services left behind:\n{out}"
+    );
+    assert!(out.contains("Service default/gone does not exist"), "{out}");
+
+    // --delete without --yes and without a "y" on stdin deletes nothing.
+    let mut ask = args.clone();
+    ask.push("--delete".into());
+    let (code, out, err) = orphans(&moto, &ask)?;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Nothing deleted."), "{out}");
+    assert_eq!(inventory(&moto, &world.vpc_id).await?, before);
+
+    let mut delete = ask.clone();
+    delete.push("--yes".into());
+    let (code, out, err) = orphans(&moto, &delete)?;
+    println!("{out}");
+    assert_eq!(code, 0, "{out}\n{err}");
+    let after = inventory(&moto, &world.vpc_id).await?;
+    let gone: Vec<_> = before
+        .iter()
+        .filter(|r| !after.contains(r))
+        .map(|(k, n, _, _)| (k.clone(), n.clone()))
+        .collect();
+    assert_eq!(gone, expected, "deleted exactly the orphans");
+    assert!(
+        after
+            .iter()
+            .any(|(k, n, _, _)| k == "classic-elb" && n == "other-cluster-lb")
+    );
+    let kept = services.get("kept").await?;
+    let kept_lb = k8s_cloud_provider::service::helpers::default_load_balancer_name(&kept);
+    assert!(
+        after
+            .iter()
+            .any(|(k, n, _, _)| k == "classic-elb" && *n == kept_lb),
+        "{after:#?}"
+    );
+    let (code, out, _) = orphans(&moto, &args)?;
+    assert_eq!(code, 0);
+    assert!(out.starts_with("No orphans"), "{out}");
+    Ok(())
+}
