@@ -3,7 +3,9 @@
 //! (so nothing cleaned up), it lists exactly their load balancers, target groups and security
 //! groups; `--delete` without `--yes` and without a "y" deletes nothing; `--delete --yes`
 //! deletes exactly them, leaving the other Service's load balancer, another cluster's load
-//! balancer and the cluster's node security group alone; a second run finds nothing.
+//! balancer and the cluster's node security group alone; a second run finds nothing. With
+//! `--cluster-cidr`, routes within it to a terminated instance or to an instance without a Node
+//! are orphans too; a route to a Node and one outside the cluster CIDR are kept.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -123,6 +125,24 @@ async fn inventory(moto: &Moto, vpc: &str) -> Result<Vec<(String, String, String
     Ok(all)
 }
 
+/// The destination CIDRs of the route table's routes.
+async fn routes(moto: &Moto, table: &str) -> Result<Vec<String>> {
+    let out = moto
+        .ec2()
+        .describe_route_tables()
+        .route_table_ids(table)
+        .send()
+        .await?;
+    let mut all: Vec<String> = out
+        .route_tables()
+        .iter()
+        .flat_map(|t| t.routes())
+        .filter_map(|r| r.destination_cidr_block().map(str::to_string))
+        .collect();
+    all.sort();
+    Ok(all)
+}
+
 /// Runs `cloud-controller-manager-aws orphans <args>`: `(exit code, stdout, stderr)`.
 fn orphans(moto: &Moto, args: &[String]) -> Result<(i32, String, String)> {
     let out = std::process::Command::new(paths::workspace_binary("cloud-controller-manager-aws")?)
@@ -217,6 +237,29 @@ async fn orphans_lists_and_deletes_exactly_what_no_service_owns() -> Result<()> 
             .await?;
         services.delete(name, &DeleteParams::default()).await?;
     }
+    // Routes of the cluster's table: to a terminated instance and to an instance without a
+    // Node (orphans), to a Node's instance, and one outside the cluster CIDR (kept).
+    let extra = moto.run_instances(&world, 2).await?;
+    for (cidr, instance) in [
+        ("10.244.50.0/24", &extra[0].id),
+        ("10.244.51.0/24", &extra[1].id),
+        ("10.244.52.0/24", &world.instances[0].id),
+        ("192.168.7.0/24", &extra[1].id),
+    ] {
+        moto.ec2()
+            .create_route()
+            .route_table_id(&world.route_table_id)
+            .destination_cidr_block(cidr)
+            .instance_id(instance)
+            .send()
+            .await?;
+    }
+    moto.ec2()
+        .terminate_instances()
+        .instance_ids(&extra[0].id)
+        .send()
+        .await?;
+    let routes_before = routes(&moto, &world.route_table_id).await?;
     let before = inventory(&moto, &world.vpc_id).await?;
     let ours = |service: &str| {
         before
@@ -227,6 +270,7 @@ async fn orphans_lists_and_deletes_exactly_what_no_service_owns() -> Result<()> 
     };
     let mut expected = ours("default/gone");
     expected.extend(ours("default/gone-nlb"));
+    expected.extend(["10.244.50.0/24", "10.244.51.0/24"].map(|c| ("route".to_string(), c.to_string())));
     expected.sort();
     println!("left behind: {expected:#?}");
     assert!(expected.iter().any(|(k, _)| k == "classic-elb"), "{before:#?}");
@@ -238,6 +282,7 @@ async fn orphans_lists_and_deletes_exactly_what_no_service_owns() -> Result<()> 
         format!("--cloud-config={}", config.display()),
         format!("--kubeconfig={}", kubeconfig.display()),
         "--cluster-name=e2e".to_string(),
+        "--cluster-cidr=10.244.0.0/16".to_string(),
     ];
     let (code, out, err) = orphans(&moto, &args)?;
     println!("{out}");
@@ -249,8 +294,11 @@ async fn orphans_lists_and_deletes_exactly_what_no_service_owns() -> Result<()> 
             let mut cols = l.split_whitespace();
             let kind = cols.next()?;
             let name = cols.next()?;
-            matches!(kind, "classic-elb" | "nlb" | "target-group" | "security-group")
-                .then(|| (kind.to_string(), name.to_string()))
+            matches!(
+                kind,
+                "classic-elb" | "nlb" | "target-group" | "security-group" | "route"
+            )
+            .then(|| (kind.to_string(), name.to_string()))
         })
         .collect();
     listed.sort();
@@ -267,6 +315,7 @@ async fn orphans_lists_and_deletes_exactly_what_no_service_owns() -> Result<()> 
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("Nothing deleted."), "{out}");
     assert_eq!(inventory(&moto, &world.vpc_id).await?, before);
+    assert_eq!(routes(&moto, &world.route_table_id).await?, routes_before);
 
     let mut delete = ask.clone();
     delete.push("--yes".into());
@@ -279,7 +328,20 @@ async fn orphans_lists_and_deletes_exactly_what_no_service_owns() -> Result<()> 
         .filter(|r| !after.contains(r))
         .map(|(k, n, _, _)| (k.clone(), n.clone()))
         .collect();
+    let routes_after = routes(&moto, &world.route_table_id).await?;
+    let mut gone: Vec<_> = gone;
+    gone.extend(
+        routes_before
+            .iter()
+            .filter(|r| !routes_after.contains(r))
+            .map(|r| ("route".to_string(), r.clone())),
+    );
+    gone.sort();
     assert_eq!(gone, expected, "deleted exactly the orphans");
+    assert!(
+        routes_after.iter().any(|r| r == "10.244.52.0/24")
+            && routes_after.iter().any(|r| r == "192.168.7.0/24")
+    );
     assert!(
         after
             .iter()

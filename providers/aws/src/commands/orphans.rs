@@ -1,5 +1,6 @@
 //! `cloud-controller-manager-aws orphans`: lists the load balancers, target groups and security
-//! groups tagged as owned by the cluster that no Service owns any more
+//! groups tagged as owned by the cluster that no Service owns any more, and (with
+//! `--cluster-cidr`) the routes to instances that are gone or run no Node
 //! ([`k8s_legacy_cloud_provider_aws::orphans`]); with `--delete` (after a confirmation, or
 //! `--yes`) deletes them the way the service controller would, checking ownership again on
 //! each. Reads every Service of the cluster first: if that fails, nothing is listed or deleted.
@@ -15,7 +16,7 @@ use k8s_legacy_cloud_provider_aws::{
     AwsCloud,
     orphans::{Orphan, OrphanKind},
 };
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Node, Service};
 use kube::{Api, api::ListParams};
 
 /// The command's flags.
@@ -34,6 +35,11 @@ pub struct OrphansFlags {
     /// The CCM's --cluster-name (part of the names of NLB security groups).
     #[arg(long = "cluster-name", default_value = "kubernetes")]
     pub cluster_name: String,
+    /// The CCM's --cluster-cidr (comma-separated): routes of the cluster's route table within it
+    /// that point at a gone instance or at no Node are orphans too. Without it routes are not
+    /// checked.
+    #[arg(long = "cluster-cidr", value_delimiter = ',')]
+    pub cluster_cidr: Vec<String>,
     /// Delete the orphans (asks for confirmation on the terminal unless --yes).
     #[arg(long = "delete", action = ArgAction::SetTrue)]
     pub delete: bool,
@@ -79,12 +85,12 @@ pub fn table(orphans: &[Orphan]) -> String {
                 o.kind.to_string(),
                 o.name.clone(),
                 o.id.clone(),
-                o.service.clone(),
+                o.owner.clone(),
                 o.reason.clone(),
             ]
         })
         .collect();
-    let header = ["KIND", "NAME", "ID", "SERVICE", "REASON"].map(String::from);
+    let header = ["KIND", "NAME", "ID", "OWNER", "REASON"].map(String::from);
     let mut widths = header.clone().map(|h| h.len());
     for r in &rows {
         for (w, c) in widths.iter_mut().zip(r) {
@@ -107,6 +113,15 @@ pub fn table(orphans: &[Orphan]) -> String {
 
 /// `Ok(true)`: listed (and, with `--delete`, deleted) without an error.
 async fn orphans(flags: &OrphansFlags) -> Result<bool, String> {
+    let cluster_cidrs = flags
+        .cluster_cidr
+        .iter()
+        .filter(|c| !c.is_empty())
+        .map(|c| {
+            c.parse::<ipnet::IpNet>()
+                .map_err(|e| format!("--cluster-cidr: {c:?} is not a CIDR: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let config_bytes = match &flags.cloud_config {
         Some(p) => {
             Some(std::fs::read(p).map_err(|e| format!("--cloud-config: reading {}: {e}", p.display()))?)
@@ -125,20 +140,39 @@ async fn orphans(flags: &OrphansFlags) -> Result<bool, String> {
         .map_err(|e| format!("Kubernetes client: {e}"))?;
     let client = build_client(config, 20.0, 30, "cloud-controller-manager-aws/orphans")
         .map_err(|e| format!("Kubernetes client: {e}"))?;
-    let services = Api::<Service>::all(client)
+    let services = Api::<Service>::all(client.clone())
         .list(&ListParams::default())
         .await
         .map_err(|e| {
             format!("listing the cluster's Services (nothing is listed or deleted without them): {e}")
         })?
         .items;
-    let found = aws
+    let mut found = aws
         .find_orphans(&flags.cluster_name, &services)
         .await
         .map_err(|e| format!("listing cloud resources: {e}"))?;
+    if cluster_cidrs.is_empty() {
+        eprintln!("Routes were not checked: give --cluster-cidr (the CCM's) to include them.");
+    } else {
+        let nodes: std::collections::BTreeSet<String> = Api::<Node>::all(client)
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| {
+                format!("listing the cluster's Nodes (no route is listed or deleted without them): {e}")
+            })?
+            .items
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect();
+        found.extend(
+            aws.find_orphan_routes(&flags.cluster_name, &nodes, &cluster_cidrs)
+                .await
+                .map_err(|e| format!("listing routes: {e}"))?,
+        );
+    }
     if found.is_empty() {
         println!(
-            "No orphans: every cluster-owned load balancer, target group and security group belongs to a Service."
+            "No orphans: every cluster-owned load balancer, target group and security group belongs to a Service, every checked route to a Node."
         );
         return Ok(true);
     }
@@ -168,6 +202,7 @@ async fn orphans(flags: &OrphansFlags) -> Result<bool, String> {
         OrphanKind::NetworkLoadBalancer,
         OrphanKind::TargetGroup,
         OrphanKind::SecurityGroup,
+        OrphanKind::Route,
     ] {
         for o in found.iter().filter(|o| o.kind == kind) {
             match aws.delete_orphan(&flags.cluster_name, o).await {

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use aws_sdk_ec2::types::Filter;
 use k8s_cloud_provider::{
-    CloudError, CloudResult,
+    CloudError, CloudResult, Routes,
     service::helpers::{default_load_balancer_name, service_key},
 };
 use k8s_openapi::api::core::v1::Service;
@@ -44,6 +44,9 @@ pub enum OrphanKind {
     TargetGroup,
     /// A load balancer's security group.
     SecurityGroup,
+    /// A route of the cluster's route table (within the cluster CIDR) to an instance that is
+    /// gone or that no Node runs on.
+    Route,
 }
 
 impl std::fmt::Display for OrphanKind {
@@ -53,6 +56,7 @@ impl std::fmt::Display for OrphanKind {
             Self::NetworkLoadBalancer => "nlb",
             Self::TargetGroup => "target-group",
             Self::SecurityGroup => "security-group",
+            Self::Route => "route",
         })
     }
 }
@@ -64,10 +68,12 @@ pub struct Orphan {
     pub kind: OrphanKind,
     /// Its name.
     pub name: String,
-    /// Its ID: the name (Classic ELB), the ARN (NLB, target group) or the group ID.
+    /// Its ID: the name (Classic ELB), the ARN (NLB, target group), the group ID, or for a
+    /// route its destination CIDR (also its name).
     pub id: String,
-    /// The Service it was made for (`namespace/name`, from its tag).
-    pub service: String,
+    /// What it was made for: the Service (`namespace/name`, from its tag), or for a route the
+    /// Node it pointed at (`node/<name>`; `node/` when its instance is gone).
+    pub owner: String,
     /// Why no Service owns it.
     pub reason: String,
 }
@@ -194,7 +200,7 @@ impl AwsCloud {
                         name: name.to_string(),
                         id: name.to_string(),
                         reason: Self::reason(&w, &service, &format!("classic ELB named {name}")),
-                        service,
+                        owner: service,
                     });
                 }
             }
@@ -293,7 +299,7 @@ impl AwsCloud {
                             name: name.clone(),
                             id: arn.to_string(),
                             reason: Self::reason(&w, &service, &format!("NLB named {name}")),
-                            service,
+                            owner: service,
                         });
                     }
                     OrphanKind::TargetGroup => {
@@ -312,7 +318,7 @@ impl AwsCloud {
                     name,
                     id: arn,
                     reason: Self::reason(&w, &service, "NLB"),
-                    service,
+                    owner: service,
                 });
             }
         }
@@ -346,7 +352,7 @@ impl AwsCloud {
                     name: name.to_string(),
                     id: id.to_string(),
                     reason: Self::reason(&w, &service, &format!("load balancer with security group {name}")),
-                    service,
+                    owner: service,
                 });
             }
             token = out.next_token().filter(|t| !t.is_empty()).map(str::to_string);
@@ -365,7 +371,7 @@ impl AwsCloud {
     /// on every resource before it is deleted. Delete load balancers before target groups and
     /// security groups (the order [`AwsCloud::find_orphans`] returns).
     pub async fn delete_orphan(&self, cluster_name: &str, orphan: &Orphan) -> CloudResult<()> {
-        let (namespace, name) = orphan.service.split_once('/').unwrap_or(("", &orphan.service));
+        let (namespace, name) = orphan.owner.split_once('/').unwrap_or(("", &orphan.owner));
         let svc = Service {
             metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 namespace: Some(namespace.to_string()),
@@ -391,6 +397,21 @@ impl AwsCloud {
                 if self.elbv2_owned(&orphan.id).await? {
                     self.delete_target_group(&orphan.id).await?;
                 }
+            }
+            OrphanKind::Route => {
+                // Deleted only if it is still what was listed: a blackhole, or the same target.
+                let target = orphan.owner.strip_prefix("node/").unwrap_or_default();
+                let now = Routes::list_routes(self, cluster_name).await?;
+                let Some(route) = now.iter().find(|r| r.destination_cidr == orphan.id) else {
+                    return Ok(());
+                };
+                if !(route.blackhole || (!target.is_empty() && route.target_node == target)) {
+                    return Err(CloudError::msg(format!(
+                        "route {} changed since it was listed (now to {:?}); not deleted",
+                        orphan.id, route.target_node
+                    )));
+                }
+                Routes::delete_route(self, cluster_name, route).await?;
             }
             OrphanKind::SecurityGroup => {
                 let out = self
@@ -419,6 +440,43 @@ impl AwsCloud {
             }
         }
         Ok(())
+    }
+
+    /// The routes of the cluster's route table whose destination lies within one of
+    /// `cluster_cidrs` (the Nodes' pod CIDRs come from there) and that point at an instance
+    /// that is gone (terminated: a blackhole) or that none of `nodes` runs on. Routes outside
+    /// the cluster CIDRs (a NAT instance's default route, VPN routes, …) are never looked at.
+    pub async fn find_orphan_routes(
+        &self,
+        cluster_name: &str,
+        nodes: &BTreeSet<String>,
+        cluster_cidrs: &[ipnet::IpNet],
+    ) -> CloudResult<Vec<Orphan>> {
+        let mut found = Vec::new();
+        for r in Routes::list_routes(self, cluster_name).await? {
+            let Ok(destination) = r.destination_cidr.parse::<ipnet::IpNet>() else {
+                continue;
+            };
+            if !cluster_cidrs.iter().any(|c| c.contains(&destination)) {
+                continue;
+            }
+            let reason = if r.blackhole {
+                "its target instance no longer exists (blackhole)".to_string()
+            } else if !nodes.contains(&r.target_node) {
+                format!("no Node named {}", r.target_node)
+            } else {
+                continue;
+            };
+            found.push(Orphan {
+                kind: OrphanKind::Route,
+                name: r.destination_cidr.clone(),
+                id: r.destination_cidr.clone(),
+                owner: format!("node/{}", r.target_node),
+                reason,
+            });
+        }
+        found.sort();
+        Ok(found)
     }
 
     /// Whether the Classic ELB exists and is this cluster's (`Ok(false)`: gone); an ELB of
