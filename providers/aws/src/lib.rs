@@ -19,11 +19,12 @@ pub const PROVIDER_NAME: &str = legacy::PROVIDER_NAME;
 /// warning instead of refusing to start, unless `--controllers` names it.
 ///
 /// It adds upstream's tagging controller ([`controllers::tagging`]), off by default
-/// (`--controllers=*,tagging`), with its flags, and the `orphans` command
-/// ([`commands::orphans`]).
+/// (`--controllers=*,tagging`), with its flags, and the `doctor` and `orphans` commands
+/// ([`commands`]).
 pub fn provider_spec() -> k8s_cloud_provider::app::ProviderSpec {
     let mut spec = k8s_cloud_provider::app::ProviderSpec::new(PROVIDER_NAME, legacy::factory())
         .with_controller(controllers::tagging::provider_controller())
+        .with_command(commands::doctor::provider_command())
         .with_command(commands::orphans::provider_command());
     spec.skip_default_route_controller_without_cluster_cidr = true;
     spec

@@ -18,6 +18,7 @@
 pub mod app;
 pub mod cloud;
 pub mod controllers;
+pub mod doctor;
 pub mod error;
 #[cfg(feature = "fake")]
 pub mod fake;

@@ -1,3 +1,4 @@
 //! Commands of `cloud-controller-manager-aws` besides running the controllers.
 
+pub mod doctor;
 pub mod orphans;

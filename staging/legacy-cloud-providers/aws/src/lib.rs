@@ -22,6 +22,7 @@
 pub mod annotations;
 pub mod api;
 pub mod config;
+pub mod doctor;
 pub mod instances;
 pub mod lb;
 pub mod orphans;
@@ -91,6 +92,8 @@ pub struct AwsCloud {
     ec2: aws_sdk_ec2::Client,
     elb: aws_sdk_elasticloadbalancing::Client,
     elbv2: aws_sdk_elasticloadbalancingv2::Client,
+    /// STS with the provider's credentials (`doctor`'s `GetCallerIdentity`).
+    sts: aws_sdk_sts::Client,
     instances: Arc<InstanceCache>,
     /// Zone name → (zone ID, zone type), from `DescribeAvailabilityZones`.
     zones: Mutex<BTreeMap<String, (String, String)>>,
@@ -236,6 +239,13 @@ impl AwsCloud {
                 .region(Region::new(o.signing_region.clone()));
         }
         let elbv2 = aws_sdk_elasticloadbalancingv2::Client::from_conf(elbv2_conf.build());
+        let mut sts_conf = aws_sdk_sts::config::Builder::from(&sdk).interceptor(api.attempt_counter());
+        if let Some(o) = config.override_for(AwsService::Sts, &region) {
+            sts_conf = sts_conf
+                .endpoint_url(&o.url)
+                .region(Region::new(o.signing_region.clone()));
+        }
+        let sts = aws_sdk_sts::Client::from_conf(sts_conf.build());
 
         let cluster_id = match config.cluster_id() {
             Some(id) => id.to_string(),
@@ -265,6 +275,7 @@ impl AwsCloud {
             ec2,
             elb,
             elbv2,
+            sts,
             instances,
             zones: Mutex::new(BTreeMap::new()),
             route_table: Mutex::new(None),

@@ -73,7 +73,7 @@ pub(crate) fn tags_of(group: &SecurityGroup) -> BTreeMap<String, String> {
 }
 
 impl AwsCloud {
-    fn cluster_tag_key(&self) -> String {
+    pub(crate) fn cluster_tag_key(&self) -> String {
         format!("kubernetes.io/cluster/{}", self.cluster_id)
     }
 

@@ -1,0 +1,136 @@
+//! `cloud-controller-manager-aws doctor`: pre-flight checks before a CCM takes over a cluster —
+//! the cloud config parses and the provider starts, the credentials work, the IAM permissions
+//! and cluster tags the provider needs ([`AwsCloud::doctor`]), every Node's instance exists,
+//! the API server answers and the RBAC of the CCM's credentials covers every request the
+//! controllers make ([`k8s_cloud_provider::doctor::rbac_checks`]). Prints one line per check
+//! with a fix for each failure; the exit code is the number of failures.
+
+use std::{path::PathBuf, process::ExitCode, sync::Arc};
+
+use clap::{Args, FromArgMatches};
+use k8s_cloud_provider::{
+    app::ProviderCommand,
+    doctor::{CONTROLLER_MANAGER_ACCESS, Check, exit_code, rbac_checks, table},
+};
+use k8s_controller_manager::client::{build_client, load_config};
+use k8s_legacy_cloud_provider_aws::{AwsCloud, config::CloudConfig};
+use k8s_openapi::api::core::v1::Node;
+use kube::{Api, api::ListParams};
+
+/// The command's flags.
+#[derive(Debug, Clone, Args)]
+pub struct DoctorFlags {
+    /// The path to the cloud provider configuration file (the CCM's --cloud-config).
+    #[arg(long = "cloud-config")]
+    pub cloud_config: Option<PathBuf>,
+    /// Path to kubeconfig file with authorization and master location information: the
+    /// credentials the CCM runs with (in-cluster configuration when not set).
+    #[arg(long = "kubeconfig")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The address of the Kubernetes API server (overrides any value in kubeconfig).
+    #[arg(long = "master")]
+    pub master: Option<String>,
+    /// The namespace of the leader-election Lease (the CCM's --leader-elect-resource-namespace).
+    #[arg(long = "leader-elect-resource-namespace", default_value = "kube-system")]
+    pub lease_namespace: String,
+}
+
+/// The command as the AWS binary registers it.
+pub fn provider_command() -> ProviderCommand {
+    ProviderCommand {
+        name: "doctor",
+        about: "Check the cloud config, AWS credentials, IAM permissions, cluster tags, Nodes and RBAC before running the CCM",
+        flags: <DoctorFlags as Args>::augment_args,
+        run: |matches| Box::pin(async move { run(matches).await }),
+    }
+}
+
+async fn run(matches: clap::ArgMatches) -> ExitCode {
+    let flags = match DoctorFlags::from_arg_matches(&matches) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let checks = doctor(&flags).await;
+    print!("{}", table(&checks));
+    let failures = exit_code(&checks);
+    println!("{} check(s), {failures} failure(s).", checks.len());
+    ExitCode::from(failures)
+}
+
+async fn doctor(flags: &DoctorFlags) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let bytes = match &flags.cloud_config {
+        Some(p) => match std::fs::read(p) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                checks.push(Check::fail(
+                    "cloud config",
+                    format!("reading {}: {e}", p.display()),
+                ));
+                return checks;
+            }
+        },
+        None => None,
+    };
+    match CloudConfig::parse(bytes.as_deref()) {
+        Ok(_) => checks.push(Check::pass(
+            "cloud config",
+            flags.cloud_config.as_ref().map_or(
+                "none given (defaults; region and cluster ID from IMDS)".to_string(),
+                |p| format!("{} parses", p.display()),
+            ),
+        )),
+        Err(e) => {
+            checks.push(Check::fail(
+                "cloud config",
+                format!("{e} (fix: the named key in --cloud-config)"),
+            ));
+            return checks;
+        }
+    }
+    // The API server and RBAC first: the cloud checks need the Nodes.
+    let client = match load_config(flags.kubeconfig.as_deref(), flags.master.as_deref())
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|c| {
+            build_client(c, 20.0, 30, "cloud-controller-manager-aws/doctor").map_err(|e| e.to_string())
+        }) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            checks.push(Check::fail(
+                "api server",
+                format!("{e} (fix: --kubeconfig / --master)"),
+            ));
+            None
+        }
+    };
+    let mut nodes = Vec::new();
+    if let Some(client) = &client {
+        checks.extend(rbac_checks(client, CONTROLLER_MANAGER_ACCESS, &flags.lease_namespace).await);
+        if let Ok(list) = Api::<Node>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+        {
+            nodes = list.items;
+        }
+    }
+    let cloud = match (k8s_legacy_cloud_provider_aws::factory())(bytes).await {
+        Ok(c) => c,
+        Err(e) => {
+            checks.push(Check::fail("cloud provider", format!("{e}")));
+            return checks;
+        }
+    };
+    let any: Arc<dyn std::any::Any + Send + Sync> = cloud;
+    match any.downcast::<AwsCloud>() {
+        Ok(aws) => checks.extend(aws.doctor(&nodes).await),
+        Err(_) => checks.push(Check::fail(
+            "cloud provider",
+            "the AWS factory built another provider",
+        )),
+    }
+    checks
+}
