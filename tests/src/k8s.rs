@@ -51,6 +51,21 @@ pub fn tainted_node(name: &str) -> Node {
     }
 }
 
+/// An initialised Node (no taint) with `spec.providerID`, as after the cloud-node controller.
+pub fn node_with_provider_id(name: &str, provider_id: &str) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            provider_id: Some(provider_id.into()),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
 /// core/v1 Events in `namespace` about the object `name`, as `(reason, message, source component)`.
 pub async fn events_for(
     client: &Client,

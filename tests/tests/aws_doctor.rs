@@ -7,31 +7,15 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use k8s_openapi::api::core::v1::{Node, NodeSpec};
-use kube::{
-    Api,
-    api::{ObjectMeta, PostParams},
-};
+use k8s_openapi::api::core::v1::Node;
+use kube::{Api, api::PostParams};
 use rcp_e2e::{
     Moto, TestCluster,
     fault_proxy::{Action, FaultProxy, Rule, aws_error_body},
+    k8s::node_with_provider_id,
     moto::REGION,
     paths,
 };
-
-fn node(name: &str, provider_id: &str) -> Node {
-    Node {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: Some(NodeSpec {
-            provider_id: Some(provider_id.into()),
-            ..Default::default()
-        }),
-        status: None,
-    }
-}
 
 /// Runs `cloud-controller-manager-aws doctor <args>`: `(exit code, stdout)`. Asynchronously:
 /// the fault proxy runs on this test's runtime.
@@ -77,7 +61,7 @@ async fn doctor_passes_on_a_good_world_and_names_each_problem() -> Result<()> {
         nodes
             .create(
                 &PostParams::default(),
-                &node(&i.private_dns_name, &format!("aws:///{}/{}", i.zone, i.id)),
+                &node_with_provider_id(&i.private_dns_name, &format!("aws:///{}/{}", i.zone, i.id)),
             )
             .await?;
     }
@@ -156,7 +140,7 @@ async fn doctor_passes_on_a_good_world_and_names_each_problem() -> Result<()> {
     nodes
         .create(
             &PostParams::default(),
-            &node("ghost", "aws:///us-east-1a/i-0123456789abcdef0"),
+            &node_with_provider_id("ghost", "aws:///us-east-1a/i-0123456789abcdef0"),
         )
         .await?;
     proxy.add(Rule::new(

@@ -8,16 +8,16 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use anyhow::Result;
-use k8s_openapi::api::core::v1::{Node, NodeSpec};
+use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api,
-    api::{DeleteParams, ObjectMeta, PostParams},
+    api::{DeleteParams, PostParams},
 };
 use rcp_e2e::{
     Moto, TestCluster,
     ccm::{CcmProcess, run_to_exit},
     fault_proxy::{Action, FaultProxy, Rule, aws_error_body},
-    k8s::{register_tainted_nodes, wait_for},
+    k8s::{node_with_provider_id, register_tainted_nodes, wait_for},
 };
 
 const T: Duration = Duration::from_secs(90);
@@ -223,20 +223,6 @@ async fn instances_of_nodes_are_tagged_a_failing_create_tags_is_retried_and_dele
     Ok(())
 }
 
-fn initialised_node(name: &str, provider_id: &str) -> Node {
-    Node {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: Some(NodeSpec {
-            provider_id: Some(provider_id.into()),
-            ..Default::default()
-        }),
-        status: None,
-    }
-}
-
 #[tokio::test]
 async fn batching_tags_several_nodes_in_one_call() -> Result<()> {
     let cluster = TestCluster::start().await?;
@@ -251,7 +237,7 @@ async fn batching_tags_several_nodes_in_one_call() -> Result<()> {
         nodes
             .create(
                 &PostParams::default(),
-                &initialised_node(&i.private_dns_name, &format!("aws:///{}/{}", i.zone, i.id)),
+                &node_with_provider_id(&i.private_dns_name, &format!("aws:///{}/{}", i.zone, i.id)),
             )
             .await?;
     }

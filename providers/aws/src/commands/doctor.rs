@@ -1,35 +1,27 @@
 //! `cloud-controller-manager-aws doctor`: pre-flight checks before a CCM takes over a cluster —
 //! the cloud config parses and the provider starts, the credentials work, the IAM permissions
-//! and cluster tags the provider needs ([`AwsCloud::doctor`]), every Node's instance exists,
+//! and cluster tags the provider needs ([`k8s_legacy_cloud_provider_aws::AwsCloud::doctor`]), every Node's instance exists,
 //! the API server answers and the RBAC of the CCM's credentials covers every request the
 //! controllers make ([`k8s_cloud_provider::doctor::rbac_checks`]). Prints one line per check
 //! with a fix for each failure; the exit code is the number of failures.
 
-use std::{path::PathBuf, process::ExitCode, sync::Arc};
+use std::process::ExitCode;
 
 use clap::{Args, FromArgMatches};
 use k8s_cloud_provider::{
     app::ProviderCommand,
     doctor::{CONTROLLER_MANAGER_ACCESS, Check, exit_code, rbac_checks, table},
 };
-use k8s_controller_manager::client::{build_client, load_config};
-use k8s_legacy_cloud_provider_aws::{AwsCloud, config::CloudConfig};
+use k8s_legacy_cloud_provider_aws::config::CloudConfig;
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, api::ListParams};
 
 /// The command's flags.
 #[derive(Debug, Clone, Args)]
 pub struct DoctorFlags {
-    /// The path to the cloud provider configuration file (the CCM's --cloud-config).
-    #[arg(long = "cloud-config")]
-    pub cloud_config: Option<PathBuf>,
-    /// Path to kubeconfig file with authorization and master location information: the
-    /// credentials the CCM runs with (in-cluster configuration when not set).
-    #[arg(long = "kubeconfig")]
-    pub kubeconfig: Option<PathBuf>,
-    /// The address of the Kubernetes API server (overrides any value in kubeconfig).
-    #[arg(long = "master")]
-    pub master: Option<String>,
+    /// Cluster and cloud access.
+    #[command(flatten)]
+    pub access: super::ClusterAccessFlags,
     /// The namespace of the leader-election Lease (the CCM's --leader-elect-resource-namespace).
     #[arg(long = "leader-elect-resource-namespace", default_value = "kube-system")]
     pub lease_namespace: String,
@@ -62,23 +54,17 @@ async fn run(matches: clap::ArgMatches) -> ExitCode {
 
 async fn doctor(flags: &DoctorFlags) -> Vec<Check> {
     let mut checks = Vec::new();
-    let bytes = match &flags.cloud_config {
-        Some(p) => match std::fs::read(p) {
-            Ok(b) => Some(b),
-            Err(e) => {
-                checks.push(Check::fail(
-                    "cloud config",
-                    format!("reading {}: {e}", p.display()),
-                ));
-                return checks;
-            }
-        },
-        None => None,
+    let bytes = match flags.access.cloud_config_bytes() {
+        Ok(b) => b,
+        Err(e) => {
+            checks.push(Check::fail("cloud config", e));
+            return checks;
+        }
     };
     match CloudConfig::parse(bytes.as_deref()) {
         Ok(_) => checks.push(Check::pass(
             "cloud config",
-            flags.cloud_config.as_ref().map_or(
+            flags.access.cloud_config.as_ref().map_or(
                 "none given (defaults; region and cluster ID from IMDS)".to_string(),
                 |p| format!("{} parses", p.display()),
             ),
@@ -92,12 +78,7 @@ async fn doctor(flags: &DoctorFlags) -> Vec<Check> {
         }
     }
     // The API server and RBAC first: the cloud checks need the Nodes.
-    let client = match load_config(flags.kubeconfig.as_deref(), flags.master.as_deref())
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|c| {
-            build_client(c, 20.0, 30, "cloud-controller-manager-aws/doctor").map_err(|e| e.to_string())
-        }) {
+    let client = match flags.access.kube_client("doctor").await {
         Ok(c) => Some(c),
         Err(e) => {
             checks.push(Check::fail(
@@ -117,20 +98,9 @@ async fn doctor(flags: &DoctorFlags) -> Vec<Check> {
             nodes = list.items;
         }
     }
-    let cloud = match (k8s_legacy_cloud_provider_aws::factory())(bytes).await {
-        Ok(c) => c,
-        Err(e) => {
-            checks.push(Check::fail("cloud provider", format!("{e}")));
-            return checks;
-        }
-    };
-    let any: Arc<dyn std::any::Any + Send + Sync> = cloud;
-    match any.downcast::<AwsCloud>() {
+    match super::aws_cloud(bytes).await {
         Ok(aws) => checks.extend(aws.doctor(&nodes).await),
-        Err(_) => checks.push(Check::fail(
-            "cloud provider",
-            "the AWS factory built another provider",
-        )),
+        Err(e) => checks.push(Check::fail("cloud provider", e)),
     }
     checks
 }

@@ -7,31 +7,20 @@
 //!
 //! Exit code: 0 when the listing (and every deletion) succeeded, 1 otherwise.
 
-use std::{io::Write, path::PathBuf, process::ExitCode, sync::Arc};
+use std::{io::Write, process::ExitCode};
 
 use clap::{ArgAction, Args, FromArgMatches};
 use k8s_cloud_provider::app::ProviderCommand;
-use k8s_controller_manager::client::{build_client, load_config};
-use k8s_legacy_cloud_provider_aws::{
-    AwsCloud,
-    orphans::{Orphan, OrphanKind},
-};
+use k8s_legacy_cloud_provider_aws::orphans::{Orphan, OrphanKind};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::{Api, api::ListParams};
 
 /// The command's flags.
 #[derive(Debug, Clone, Args)]
 pub struct OrphansFlags {
-    /// The path to the cloud provider configuration file (the CCM's --cloud-config).
-    #[arg(long = "cloud-config")]
-    pub cloud_config: Option<PathBuf>,
-    /// Path to kubeconfig file with authorization and master location information (in-cluster
-    /// configuration when not set).
-    #[arg(long = "kubeconfig")]
-    pub kubeconfig: Option<PathBuf>,
-    /// The address of the Kubernetes API server (overrides any value in kubeconfig).
-    #[arg(long = "master")]
-    pub master: Option<String>,
+    /// Cluster and cloud access.
+    #[command(flatten)]
+    pub access: super::ClusterAccessFlags,
     /// The CCM's --cluster-name (part of the names of NLB security groups).
     #[arg(long = "cluster-name", default_value = "kubernetes")]
     pub cluster_name: String,
@@ -122,24 +111,8 @@ async fn orphans(flags: &OrphansFlags) -> Result<bool, String> {
                 .map_err(|e| format!("--cluster-cidr: {c:?} is not a CIDR: {e}"))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let config_bytes = match &flags.cloud_config {
-        Some(p) => {
-            Some(std::fs::read(p).map_err(|e| format!("--cloud-config: reading {}: {e}", p.display()))?)
-        }
-        None => None,
-    };
-    let cloud = (k8s_legacy_cloud_provider_aws::factory())(config_bytes)
-        .await
-        .map_err(|e| format!("building the AWS cloud from --cloud-config: {e}"))?;
-    let any: Arc<dyn std::any::Any + Send + Sync> = cloud;
-    let aws = any
-        .downcast::<AwsCloud>()
-        .map_err(|_| "the AWS factory built another provider".to_string())?;
-    let config = load_config(flags.kubeconfig.as_deref(), flags.master.as_deref())
-        .await
-        .map_err(|e| format!("Kubernetes client: {e}"))?;
-    let client = build_client(config, 20.0, 30, "cloud-controller-manager-aws/orphans")
-        .map_err(|e| format!("Kubernetes client: {e}"))?;
+    let aws = super::aws_cloud(flags.access.cloud_config_bytes()?).await?;
+    let client = flags.access.kube_client("orphans").await?;
     let services = Api::<Service>::all(client.clone())
         .list(&ListParams::default())
         .await

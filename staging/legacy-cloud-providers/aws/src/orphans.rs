@@ -25,7 +25,7 @@ use crate::{
     AwsCloud,
     annotations::{LbKind, LbOptions, is_external},
     cloud_error,
-    lb::network::not_found_as_none,
+    lb::network::{elb_tag_map, elbv2_tag_map, not_found_as_none},
 };
 
 /// The finalizer of the service controller's load-balancer cleanup.
@@ -186,11 +186,7 @@ impl AwsCloud {
                 .await
                 .map_err(|e| cloud_error("reading classic ELB tags", e))?;
             for d in out.tag_descriptions() {
-                let tags = d
-                    .tags()
-                    .iter()
-                    .map(|t| (t.key().to_string(), t.value().unwrap_or_default().to_string()))
-                    .collect();
+                let tags = elb_tag_map(d.tags());
                 let name = d.load_balancer_name().unwrap_or_default();
                 if let Some(service) = self.ours(&tags)
                     && !w.classic.contains(name)
@@ -282,11 +278,7 @@ impl AwsCloud {
                 .await
                 .map_err(|e| cloud_error("reading NLB and target group tags", e))?;
             for d in out.tag_descriptions() {
-                let tags = d
-                    .tags()
-                    .iter()
-                    .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
-                    .collect();
+                let tags = elbv2_tag_map(d.tags());
                 let arn = d.resource_arn().unwrap_or_default();
                 let (Some(service), Some((kind, name, lbs))) = (self.ours(&tags), arns.get(arn)) else {
                     continue;
@@ -494,12 +486,13 @@ impl AwsCloud {
         else {
             return Ok(false);
         };
-        let tags = out
-            .tag_descriptions()
-            .iter()
-            .flat_map(|d| d.tags())
-            .map(|t| (t.key().to_string(), t.value().unwrap_or_default().to_string()))
-            .collect();
+        let tags = elb_tag_map(
+            &out.tag_descriptions()
+                .iter()
+                .flat_map(|d| d.tags())
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
         match self.ours(&tags) {
             Some(_) => Ok(true),
             None => Err(CloudError::msg(format!(
@@ -525,12 +518,13 @@ impl AwsCloud {
         if out.tag_descriptions().is_empty() {
             return Ok(false);
         }
-        let tags = out
-            .tag_descriptions()
-            .iter()
-            .flat_map(|d| d.tags())
-            .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
-            .collect();
+        let tags = elbv2_tag_map(
+            &out.tag_descriptions()
+                .iter()
+                .flat_map(|d| d.tags())
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
         match self.ours(&tags) {
             Some(_) => Ok(true),
             None => Err(CloudError::msg(format!(
