@@ -486,13 +486,7 @@ impl AwsCloud {
         else {
             return Ok(false);
         };
-        let tags = elb_tag_map(
-            &out.tag_descriptions()
-                .iter()
-                .flat_map(|d| d.tags())
-                .cloned()
-                .collect::<Vec<_>>(),
-        );
+        let tags = elb_tag_map(out.tag_descriptions().iter().flat_map(|d| d.tags()));
         match self.ours(&tags) {
             Some(_) => Ok(true),
             None => Err(CloudError::msg(format!(
@@ -518,13 +512,7 @@ impl AwsCloud {
         if out.tag_descriptions().is_empty() {
             return Ok(false);
         }
-        let tags = elbv2_tag_map(
-            &out.tag_descriptions()
-                .iter()
-                .flat_map(|d| d.tags())
-                .cloned()
-                .collect::<Vec<_>>(),
-        );
+        let tags = elbv2_tag_map(out.tag_descriptions().iter().flat_map(|d| d.tags()));
         match self.ours(&tags) {
             Some(_) => Ok(true),
             None => Err(CloudError::msg(format!(

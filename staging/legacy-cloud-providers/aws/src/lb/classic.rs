@@ -830,11 +830,7 @@ impl AwsCloud {
     pub(crate) async fn remove_replaced_groups(&self, name: &str, groups: &[String]) -> CloudResult<()> {
         for g in self.security_groups(groups).await? {
             let id = g.group_id().unwrap_or_default().to_string();
-            let tags = g
-                .tags()
-                .iter()
-                .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
-                .collect();
+            let tags = super::network::tags_of(&g);
             if !self.owned_by_cluster(&tags) || id == self.config.elb_security_group {
                 self.release_node_access(name, &id).await?;
                 continue;
@@ -864,11 +860,7 @@ impl AwsCloud {
         let mut doomed = Vec::new();
         for g in self.security_groups(&candidates).await? {
             let id = g.group_id().unwrap_or_default().to_string();
-            let tags = g
-                .tags()
-                .iter()
-                .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
-                .collect();
+            let tags = super::network::tags_of(&g);
             if self.owned_by_cluster(&tags) && id != self.config.elb_security_group && !keep.contains(&id) {
                 doomed.push(g);
             }

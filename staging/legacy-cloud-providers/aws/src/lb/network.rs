@@ -65,15 +65,19 @@ pub fn cidr_rules(group: &SecurityGroup) -> Vec<CidrRule> {
 }
 
 /// The tags of a Classic ELB as a map.
-pub(crate) fn elb_tag_map(tags: &[aws_sdk_elasticloadbalancing::types::Tag]) -> BTreeMap<String, String> {
-    tags.iter()
+pub(crate) fn elb_tag_map<'a>(
+    tags: impl IntoIterator<Item = &'a aws_sdk_elasticloadbalancing::types::Tag>,
+) -> BTreeMap<String, String> {
+    tags.into_iter()
         .map(|t| (t.key().to_string(), t.value().unwrap_or_default().to_string()))
         .collect()
 }
 
 /// The tags of an ELBv2 resource (load balancer, target group) as a map.
-pub(crate) fn elbv2_tag_map(tags: &[aws_sdk_elasticloadbalancingv2::types::Tag]) -> BTreeMap<String, String> {
-    tags.iter()
+pub(crate) fn elbv2_tag_map<'a>(
+    tags: impl IntoIterator<Item = &'a aws_sdk_elasticloadbalancingv2::types::Tag>,
+) -> BTreeMap<String, String> {
+    tags.into_iter()
         .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
         .collect()
 }

@@ -1058,11 +1058,7 @@ impl AwsCloud {
                 .await
                 .map_err(|e| cloud_error("reading target group tags", e))?;
             for d in described.tag_descriptions() {
-                let tags: BTreeMap<String, String> = d
-                    .tags()
-                    .iter()
-                    .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
-                    .collect();
+                let tags = super::network::elbv2_tag_map(d.tags());
                 if !self.owned_by_cluster(&tags) || tags.get("kubernetes.io/service-name") != Some(&key) {
                     continue;
                 }
