@@ -1572,6 +1572,79 @@ async fn a_target_group_that_cannot_be_deleted_yet_is_swept_later() -> Result<()
     nothing_left(&env).await
 }
 
+/// A lost answer to the NLB's `CreateLoadBalancer` (the proxy forwards it, then answers 500)
+/// is not re-sent by the SDK: moto, unlike AWS, is not idempotent by name and would make a
+/// second NLB that outlives the Service (CI once leaked one under random faults). The CCM's
+/// next sync finds the NLB the lost call made and completes it; one NLB, one create, and the
+/// Service's deletion leaves nothing, even with a second NLB of the same name.
+#[tokio::test]
+async fn a_lost_create_answer_makes_no_second_nlb() -> Result<()> {
+    let env = env_opts(
+        2,
+        EnvOptions {
+            fault_proxy: true,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let proxy = env.proxy.as_ref().expect("proxy");
+    proxy.add(
+        Rule::new(
+            &["Action=CreateLoadBalancer", "Type=network"],
+            Action::LoseAnswer {
+                status: 500,
+                body: "<ErrorResponse><Error><Type>Receiver</Type><Code>InternalFailure</Code><Message>lost</Message></Error><RequestId>fault</RequestId></ErrorResponse>".into(),
+            },
+        )
+        .times(1),
+    );
+    env.services
+        .create(
+            &PostParams::default(),
+            &load_balancer_service("twice", &[("type", "nlb")], &[(80, "http")]),
+        )
+        .await?;
+    ingress(&env.services, "twice").await?;
+    assert_eq!(proxy.faulted(), 1, "the first answer was lost");
+    let creates = env
+        .moto
+        .actions()
+        .iter()
+        .filter(|a| *a == "CreateLoadBalancer")
+        .count();
+    assert_eq!(creates, 1, "CreateLoadBalancer was sent once");
+    let v2 = env.moto.elbv2();
+    let lbs = v2.describe_load_balancers().send().await?;
+    assert_eq!(lbs.load_balancers().len(), 1, "{lbs:?}");
+    let listeners = v2
+        .describe_listeners()
+        .load_balancer_arn(lbs.load_balancers()[0].load_balancer_arn().unwrap_or_default())
+        .send()
+        .await?;
+    assert_eq!(listeners.listeners().len(), 1, "{listeners:?}");
+    // A second NLB of that name (what a re-sent create made in moto before): the deletion
+    // deletes by name until the name finds nothing.
+    let first = &lbs.load_balancers()[0];
+    v2.create_load_balancer()
+        .name(first.load_balancer_name().unwrap_or_default())
+        .r#type(aws_sdk_elasticloadbalancingv2::types::LoadBalancerTypeEnum::Network)
+        .set_subnets(Some(
+            first
+                .availability_zones()
+                .iter()
+                .filter_map(|z| z.subnet_id().map(str::to_string))
+                .collect(),
+        ))
+        .send()
+        .await?;
+    env.services.delete("twice", &DeleteParams::default()).await?;
+    wait_for("service twice gone", T, || async {
+        env.services.get_opt("twice").await.ok()?.is_none().then_some(())
+    })
+    .await?;
+    nothing_left(&env).await
+}
+
 /// Throttling the SDK retried is still throttling: every throttled attempt (not only the call's
 /// final error) counts for the region's shared back-off and
 /// `cloudprovider_aws_api_throttled_requests_total{operation_name}` (AWS operation names, as

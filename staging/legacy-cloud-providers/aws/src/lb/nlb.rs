@@ -173,6 +173,9 @@ fn tags(pairs: &[(String, String)]) -> Vec<Tag> {
         .collect()
 }
 
+/// How many NLBs of one name [`AwsCloud::delete_nlb`] deletes at most in one call.
+const MAX_NLBS_OF_ONE_NAME: usize = 5;
+
 impl AwsCloud {
     pub(crate) async fn describe_nlb(&self, name: &str) -> CloudResult<Option<Nlb>> {
         let r = self
@@ -549,6 +552,15 @@ impl AwsCloud {
                     .set_subnet_mappings(Some(mappings))
                     .set_security_groups(groups)
                     .set_tags(Some(tags(resource_tags)))
+                    // Sent once: a create whose answer was lost is not re-sent blindly. AWS
+                    // makes this call idempotent by name, but a cloud that does not (moto made
+                    // a second NLB of the same name) would leak one; the next sync looks before
+                    // it creates instead.
+                    .customize()
+                    .config_override(
+                        aws_sdk_elasticloadbalancingv2::config::Builder::default()
+                            .retry_config(aws_config::retry::RetryConfig::disabled()),
+                    )
                     .send(),
             )
             .await
@@ -1089,14 +1101,27 @@ impl AwsCloud {
         svc: &Service,
         keep: &BTreeSet<String>,
     ) -> CloudResult<bool> {
-        let lb = self.describe_nlb(name).await?;
         let managed = self
             .security_group_by_name(&Self::managed_group_name(cluster_name, svc))
             .await?;
-        let mut gone = Vec::new();
+        let mut gone: Vec<String> = Vec::new();
         // Node rules first: once the NLB is gone, nothing of it is left on the nodes' groups.
         self.release_nlb_rules(name).await?;
-        if let Some(lb) = &lb {
+        // Until the name finds nothing: one NLB on AWS (names are unique), more on a cloud where
+        // a retried create made a second one of the same name (moto shows one per name at a
+        // time).
+        while gone.len() < MAX_NLBS_OF_ONE_NAME {
+            let Some(lb) = self.describe_nlb(name).await? else {
+                break;
+            };
+            if gone
+                .iter()
+                .any(|arn| Some(arn.as_str()) == lb.load_balancer_arn())
+            {
+                // The one just deleted, still listed (eventual consistency).
+                break;
+            }
+            let lb = &lb;
             // A bring-your-own group (managed mode) through which the nodes admitted this NLB:
             // only the node rules go. The managed group is handled below.
             if let Some(primary) = lb.security_groups().first()
@@ -1178,7 +1203,7 @@ impl AwsCloud {
             self.delete_owned_security_group(&g, Duration::from_secs(600))
                 .await?;
         }
-        Ok(lb.is_some())
+        Ok(!gone.is_empty())
     }
 }
 
