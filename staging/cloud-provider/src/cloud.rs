@@ -20,7 +20,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use k8s_controller_manager::{informer::Store, metrics::Metrics};
+use k8s_controller_manager::{informer::Store, metrics::Metrics, writes::DryRun};
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, NodeAddress, Service};
 use kube::Client;
 use tokio_util::sync::CancellationToken;
@@ -38,6 +38,10 @@ pub struct InitContext {
     pub nodes: Store<Node>,
     /// Cancelled when the controllers stop; background tasks of the provider must end then.
     pub shutdown: CancellationToken,
+    /// Set with `--dry-run` (shadow mode): the provider must not write to its cloud outside
+    /// the [`LoadBalancer`] and [`Routes`] calls (which the framework already keeps from the
+    /// cloud), and records each write it does not make with [`DryRun::record`].
+    pub dry_run: Option<DryRun>,
 }
 
 impl std::fmt::Debug for InitContext {
@@ -50,7 +54,7 @@ impl std::fmt::Debug for InitContext {
 ///
 /// It is [`std::any::Any`], so that a controller a provider adds (see
 /// [`crate::app::ProviderController`]) can reach its own provider's concrete type through
-/// [`crate::controllers::ControllerContext::cloud`]: `(cloud.as_ref() as &dyn Any).downcast_ref::<MyCloud>()`.
+/// [`crate::controllers::ControllerContext::provider`]: `ctx.provider::<MyCloud>()`.
 #[async_trait]
 pub trait CloudProvider: std::any::Any + Send + Sync {
     /// The provider's name (e.g. `aws`); provider IDs are `<name>://<instance id>`.

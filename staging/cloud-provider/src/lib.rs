@@ -13,12 +13,14 @@
 //! - [`well_known`]: labels, taints, annotations, finalizer, event reasons (exact strings);
 //! - [`node::helpers`], [`service::helpers`]: helpers for providers and controllers;
 //! - [`controllers`]: cloud-node, cloud-node-lifecycle, service-lb, node-route;
-//! - [`app`]: the cloud-controller-manager command a provider binary runs.
+//! - [`app`]: the cloud-controller-manager command a provider binary runs;
+//! - [`dry_run`]: the one place cloud writes pass (logged; not made in shadow mode, `--dry-run`).
 
 pub mod app;
 pub mod cloud;
 pub mod controllers;
 pub mod doctor;
+pub mod dry_run;
 pub mod error;
 #[cfg(feature = "fake")]
 pub mod fake;

@@ -20,6 +20,8 @@ use parking_lot::Mutex;
 use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
 
+use crate::writes::{DryRun, WriteLayer};
+
 /// Errors building a client.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -173,11 +175,36 @@ where
 }
 
 /// Builds a client from `config` with a QPS/burst limit and the given user agent.
-pub fn build_client(
+pub fn build_client(config: Config, qps: f32, burst: u32, user_agent: &str) -> Result<Client, ClientError> {
+    build(config, qps, burst, user_agent, None)
+}
+
+/// Builds the client of one controller (or other writer) of a controller manager: like
+/// [`build_client`], with its writes seen by a [`WriteLayer`] named `writer` (logged; made
+/// server-side dry runs when `dry_run` is given).
+pub fn build_writer_client(
+    config: Config,
+    qps: f32,
+    burst: u32,
+    user_agent: &str,
+    writer: &str,
+    dry_run: Option<DryRun>,
+) -> Result<Client, ClientError> {
+    build(
+        config,
+        qps,
+        burst,
+        user_agent,
+        Some(WriteLayer::new(writer, dry_run)),
+    )
+}
+
+fn build(
     mut config: Config,
     qps: f32,
     burst: u32,
     user_agent: &str,
+    writes: Option<WriteLayer>,
 ) -> Result<Client, ClientError> {
     config.headers.push((
         http::header::USER_AGENT,
@@ -186,7 +213,10 @@ pub fn build_client(
     ));
     let layer = RateLimitLayer::new(TokenBucket::new(qps, burst));
     let builder = ClientBuilder::try_from(config).map_err(ClientError::Build)?;
-    Ok(builder.with_layer(&layer).build())
+    Ok(builder
+        .with_layer(&layer)
+        .with_layer(&tower::util::option_layer(writes))
+        .build())
 }
 
 #[cfg(test)]

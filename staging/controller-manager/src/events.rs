@@ -204,44 +204,51 @@ async fn write_events(
             message: ev.message.clone(),
         };
         series.retain(|_, (_, first, _)| now.duration_since(*first).unsigned_abs() < SERIES_WINDOW);
-        let result = match series.get_mut(&key) {
-            Some((name, _, count)) => {
-                *count += 1;
-                let patch = serde_json::json!({ "count": *count, "lastTimestamp": Time(now) });
-                api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map(|_| ())
+        // A repeat within the series window patches the first event's count; when that event
+        // is gone (expired, deleted, or never stored: a server-side dry run), a new one is
+        // created instead.
+        let mut result = Ok(());
+        let mut create = true;
+        if let Some((name, _, count)) = series.get_mut(&key) {
+            *count += 1;
+            let patch = serde_json::json!({ "count": *count, "lastTimestamp": Time(now) });
+            result = api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ());
+            create = matches!(&result, Err(kube::Error::Api(s)) if s.code == 404);
+            if create {
+                series.remove(&key);
             }
-            None => {
-                let name = format!("{}.{:x}", key.name.replace(':', "-"), now.as_nanosecond());
-                let event = Event {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        namespace: Some(namespace.clone()),
-                        ..Default::default()
-                    },
-                    involved_object: ev.regarding.clone(),
-                    reason: Some(ev.reason.clone()),
-                    message: Some(truncate(&ev.message, 1024)),
-                    type_: Some(ev.type_.as_str().to_string()),
-                    count: Some(1),
-                    first_timestamp: Some(Time(now)),
-                    last_timestamp: Some(Time(now)),
-                    source: Some(EventSource {
-                        component: Some(ev.component.clone()),
-                        host: Some(host.clone()),
-                    }),
-                    reporting_component: Some(ev.component.clone()),
-                    reporting_instance: Some(truncate(&instance, 128)),
+        }
+        if create {
+            let name = format!("{}.{:x}", key.name.replace(':', "-"), now.as_nanosecond());
+            let event = Event {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    namespace: Some(namespace.clone()),
                     ..Default::default()
-                };
-                let r = api.create(&PostParams::default(), &event).await.map(|_| ());
-                if r.is_ok() {
-                    series.insert(key, (name, now, 1));
-                }
-                r
+                },
+                involved_object: ev.regarding.clone(),
+                reason: Some(ev.reason.clone()),
+                message: Some(truncate(&ev.message, 1024)),
+                type_: Some(ev.type_.as_str().to_string()),
+                count: Some(1),
+                first_timestamp: Some(Time(now)),
+                last_timestamp: Some(Time(now)),
+                source: Some(EventSource {
+                    component: Some(ev.component.clone()),
+                    host: Some(host.clone()),
+                }),
+                reporting_component: Some(ev.component.clone()),
+                reporting_instance: Some(truncate(&instance, 128)),
+                ..Default::default()
+            };
+            result = api.create(&PostParams::default(), &event).await.map(|_| ());
+            if result.is_ok() {
+                series.insert(key, (name, now, 1));
             }
-        };
+        }
         if let Err(e) = result {
             tracing::warn!(component = %ev.component, reason = %ev.reason, error = %e, "could not write event");
         }

@@ -7,6 +7,7 @@
 //! - [`metrics`]: the shared Prometheus registry and the generic metrics;
 //! - [`controllers`]: controller names, aliases and the `--controllers` rules;
 //! - [`client`]: Kubernetes clients with a QPS/burst limit;
+//! - [`writes`]: every write of a client logged, or turned into a server-side dry run (`--dry-run`);
 //! - [`leaderelection`]: leader election on Leases;
 //! - [`leadermigration`]: the leader-migration configuration and its controller classification;
 //! - [`server`]: the HTTPS health and metrics endpoint;
@@ -25,3 +26,4 @@ pub mod metrics;
 pub mod private_files;
 pub mod server;
 pub mod workqueue;
+pub mod writes;

@@ -5,7 +5,7 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use k8s_controller_manager::{client::build_client, private_files};
+use k8s_controller_manager::{client::build_writer_client, private_files};
 use k8s_openapi::api::{
     authentication::v1::{TokenRequest, TokenRequestSpec},
     core::v1::ServiceAccount,
@@ -97,8 +97,15 @@ pub(super) async fn service_account_client(
         token_file: Some(path.display().to_string()),
         ..Default::default()
     };
-    let client = build_client(config, qps, burst, &format!("cloud-controller-manager/{name}"))
-        .map_err(|e| e.to_string())?;
+    let client = build_writer_client(
+        config,
+        qps,
+        burst,
+        &format!("cloud-controller-manager/{name}"),
+        name,
+        None,
+    )
+    .map_err(|e| e.to_string())?;
     let (root, name) = (root.clone(), name.to_string());
     tokio::spawn(async move {
         loop {

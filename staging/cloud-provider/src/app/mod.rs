@@ -41,13 +41,14 @@ use std::{
 use clap::{CommandFactory, FromArgMatches};
 use k8s_controller_manager::{
     auth::{Delegation, DelegationOptions, lookup_client_ca},
-    client::{build_client, load_config},
+    client::{build_client, build_writer_client, load_config},
     controllers::ControllerRegistry,
     events::EventBroadcaster,
     leaderelection::{LeaderElector, LeaderSession, hostname},
     leadermigration::{self, Classification, LeaderMigrationConfiguration},
     metrics::Metrics,
     server::{ClientCa, Endpoints, HealthChecks, ServingOptions, serve},
+    writes::DryRun,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -57,6 +58,7 @@ pub use options::{Options, ValidatedOptions};
 use crate::{
     cloud::{CloudProvider, InitContext},
     controllers::{self, ControllerContext, ControllersConfig, start_controller},
+    dry_run::AuditedCloud,
     registry::{Factory, read_config},
 };
 
@@ -487,9 +489,32 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
     info!(version = env!("CARGO_PKG_VERSION"), provider = %opts.cloud.cloud_provider, "starting cloud-controller-manager");
     let config = load_config(opts.misc.kubeconfig.as_deref(), opts.misc.master.as_deref()).await?;
     let (qps, burst) = (opts.generic.kube_api_qps, opts.generic.kube_api_burst);
-    let root = build_client(config.clone(), qps, burst, "cloud-controller-manager")?;
+    let dry_run = opts.generic.dry_run.then(DryRun::new);
+    if dry_run.is_some() {
+        info!(
+            "shadow mode (--dry-run): every controller runs and reads; nothing is written to the API server (server-side dry runs) or to the cloud; each write is logged as \"dry run: would write\""
+        );
+        if opts.generic.use_service_account_credentials {
+            info!(
+                "--dry-run: --use-service-account-credentials is ignored (no ServiceAccount or token is created)"
+            );
+        }
+    }
+    let root = build_writer_client(
+        config.clone(),
+        qps,
+        burst,
+        "cloud-controller-manager",
+        "cloud-controller-manager",
+        dry_run.clone(),
+    )?;
     let (cloud, config_changed) = build_cloud(&validated, &registry, &spec, &shutdown).await?;
+    // Every cloud write of the controllers passes here (logged; not made with --dry-run).
+    let cloud: Arc<dyn CloudProvider> = Arc::new(AuditedCloud::new(cloud, dry_run.clone()));
     let (metrics, endpoints) = start_serving(opts, cloud.as_ref(), &shutdown).await?;
+    if let Some(d) = &dry_run {
+        metrics.register(Box::new(d.actions.clone()));
+    }
 
     // The primary lease, renewed by its own session and client from the moment it is won.
     let lost = LossSignal::default();
@@ -516,6 +541,7 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
         cloud,
         root,
         le_client: primary.as_ref().map(|(_, c)| c.clone()),
+        dry_run,
         metrics,
         endpoints,
         controllers_stop: controllers_stop.clone(),
@@ -803,6 +829,8 @@ struct Held<'a, F: FnOnce() + Send + 'static> {
     cloud: Arc<dyn CloudProvider>,
     root: kube::Client,
     le_client: Option<kube::Client>,
+    /// `--dry-run`: what every client and the provider record instead of writing.
+    dry_run: Option<DryRun>,
     metrics: Arc<Metrics>,
     endpoints: Endpoints,
     controllers_stop: CancellationToken,
@@ -822,6 +850,7 @@ impl<F: FnOnce() + Send + 'static> Held<'_, F> {
             cloud,
             root,
             le_client,
+            dry_run,
             metrics,
             endpoints,
             controllers_stop,
@@ -838,6 +867,7 @@ impl<F: FnOnce() + Send + 'static> Held<'_, F> {
             &endpoints,
             controllers_stop.clone(),
             starters,
+            dry_run.clone(),
         )
         .await
         {
@@ -911,6 +941,7 @@ impl<F: FnOnce() + Send + 'static> Held<'_, F> {
                         client: root2,
                         nodes: running2.ctx.nodes.store(),
                         shutdown: stop.clone(),
+                        dry_run,
                     })
                     .await
                 {
@@ -1038,12 +1069,20 @@ async fn prepare(
     endpoints: &Endpoints,
     stop: CancellationToken,
     starters: Starters,
+    dry_run: Option<DryRun>,
 ) -> Result<Running, AppError> {
     let opts = &validated.options;
     let (qps, burst) = (opts.generic.kube_api_qps, opts.generic.kube_api_burst);
     // Events go through their own client (and rate limiter) so that recording them never
     // delays a controller's writes.
-    let events_client = build_client(config.clone(), qps, burst, "cloud-controller-manager/events")?;
+    let events_client = build_writer_client(
+        config.clone(),
+        qps,
+        burst,
+        "cloud-controller-manager/events",
+        "events",
+        dry_run.clone(),
+    )?;
     let events = EventBroadcaster::start(events_client, hostname(), hostname());
 
     // One client (and QPS budget) per controller client name, as upstream's client builder.
@@ -1057,16 +1096,18 @@ async fn prepare(
     client_names.sort_unstable();
     client_names.dedup();
     for name in client_names {
-        let client = if opts.generic.use_service_account_credentials {
+        let client = if opts.generic.use_service_account_credentials && dry_run.is_none() {
             clients::service_account_client(&root, &config, name, qps, burst, stop.clone())
                 .await
                 .map_err(AppError::ServiceAccounts)?
         } else {
-            build_client(
+            build_writer_client(
                 config.clone(),
                 qps,
                 burst,
                 &format!("cloud-controller-manager/{name}"),
+                name,
+                dry_run.clone(),
             )?
         };
         clients.insert(name.to_string(), client);
@@ -1110,6 +1151,7 @@ async fn prepare(
             client: root,
             nodes: ctx.nodes.store(),
             shutdown: stop.clone(),
+            dry_run,
         })
         .await
         .map_err(|e| AppError::Initialize(e.to_string()))?;

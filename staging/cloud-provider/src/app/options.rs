@@ -153,6 +153,15 @@ pub struct GenericFlags {
         default_value = "application/vnd.kubernetes.protobuf"
     )]
     pub kube_api_content_type: String,
+    /// Shadow mode: run every controller against the real cluster and cloud, read everything
+    /// and write nothing. API server writes are sent as server-side dry runs (`dryRun=All`),
+    /// cloud writes are not made; each is logged ("dry run: would write") and counted in
+    /// cloud_controller_manager_dry_run_actions_total{controller,action}. Never takes a lease
+    /// (leader election and migration are off) and ignores --use-service-account-credentials.
+    /// Not an upstream flag.
+    #[arg(long = "dry-run", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", value_parser = go_bool)]
+    pub dry_run: bool,
 }
 
 /// Leader election flags.
@@ -420,7 +429,12 @@ impl Options {
             }
         }
         let le = &self.leader_election;
-        let leader_election = if le.leader_elect {
+        if self.generic.dry_run && le.leader_elect {
+            tracing::info!(
+                "--dry-run: leader election is off (a shadow controller manager never takes a lease, so it can run next to the one in charge)"
+            );
+        }
+        let leader_election = if le.leader_elect && !self.generic.dry_run {
             if le.resource_lock != "leases" {
                 errors.push(format!(
                     "--leader-elect-resource-lock: resourceLock value must be \"leases\" (got {:?})",
@@ -444,7 +458,7 @@ impl Options {
         };
         let mut leader_migration = None;
         let lm = &self.leader_migration;
-        if lm.enable_leader_migration && le.leader_elect {
+        if lm.enable_leader_migration && le.leader_elect && !self.generic.dry_run {
             let config = match &lm.leader_migration_config {
                 Some(path) if !path.as_os_str().is_empty() => std::fs::read_to_string(path)
                     .map_err(|e| format!("--leader-migration-config {}: {e}", path.display()))
@@ -467,6 +481,8 @@ impl Options {
                 Ok(m) => leader_migration = Some(m),
                 Err(e) => errors.push(e),
             }
+        } else if lm.enable_leader_migration && self.generic.dry_run {
+            tracing::info!("--dry-run: leader migration is off; every controller runs (in shadow)");
         } else if lm.enable_leader_migration {
             tracing::warn!("--enable-leader-migration has no effect without --leader-elect");
         } else if lm.leader_migration_config.is_some() {

@@ -305,6 +305,17 @@ impl ControllerContext {
         }
     }
 
+    /// The provider as its concrete type `T`, for a controller a provider adds: looks through
+    /// the [`crate::dry_run::AuditedCloud`] the controller manager wraps the provider in.
+    pub fn provider<T: CloudProvider>(&self) -> Option<&T> {
+        let cloud: &dyn std::any::Any = self.cloud.as_ref();
+        if let Some(audited) = cloud.downcast_ref::<crate::dry_run::AuditedCloud>() {
+            let inner: &dyn std::any::Any = audited.inner().as_ref();
+            return inner.downcast_ref::<T>();
+        }
+        cloud.downcast_ref::<T>()
+    }
+
     /// The client for a controller's client name.
     pub fn client_for(&self, client_name: &str) -> Client {
         self.clients

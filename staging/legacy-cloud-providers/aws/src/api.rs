@@ -27,6 +27,7 @@ use std::{
 
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::{display::DisplayErrorContext, metadata::ProvideErrorMetadata};
+use k8s_controller_manager::writes::DryRun;
 use parking_lot::Mutex;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts};
 use tracing::{debug, warn};
@@ -269,9 +270,83 @@ pub struct AwsApi {
     pub backoff: Arc<CrossRequestRetryDelay>,
     /// The metrics.
     pub metrics: AwsMetrics,
+    /// Set once in shadow mode (`--dry-run`, from `Initialize`): from then on [`WriteGuard`]
+    /// stops every AWS write of every client before it is sent.
+    pub dry_run: Arc<std::sync::OnceLock<DryRun>>,
+}
+
+/// Whether an AWS operation only reads (`Describe…`, `Get…`, `List…`); any other operation is
+/// treated as a write, so an operation added later is guarded by default.
+pub fn is_read_operation(name: &str) -> bool {
+    ["Describe", "Get", "List"].iter().any(|p| name.starts_with(p))
+}
+
+/// The SDK interceptor that enforces shadow mode on the AWS side: once [`AwsApi::dry_run`] is
+/// set, every operation that is not a read ([`is_read_operation`]) is recorded (one
+/// `dry run: would write` line with controller `aws`, the action `<service>:<operation>` and
+/// the request's input as the object; one count) and fails before it is serialized, so nothing
+/// is sent. It is on every SDK client of the provider, so it also covers the writes that do
+/// not pass the framework's load balancer and route calls (the tagging controller's tags).
+#[derive(Debug, Clone)]
+pub struct WriteGuard {
+    dry_run: Arc<std::sync::OnceLock<DryRun>>,
+}
+
+/// The error of an AWS write stopped by [`WriteGuard`].
+#[derive(Debug, thiserror::Error)]
+#[error("dry run: {0} was not sent (the controller manager runs with --dry-run)")]
+pub struct DryRunRefused(String);
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for WriteGuard {
+    fn name(&self) -> &'static str {
+        "k8s-aws-dry-run-write-guard"
+    }
+
+    // Not `read_before_execution`: the operation's metadata is in the config bag only once
+    // the operation's configuration is applied, just before serialization.
+    fn read_before_serialization(
+        &self,
+        context: &aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextRef<
+            '_,
+        >,
+        _runtime_components: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        let Some(dry_run) = self.dry_run.get() else {
+            return Ok(());
+        };
+        let (service, operation) = cfg
+            .load::<aws_smithy_runtime_api::client::orchestrator::Metadata>()
+            .map(|m| (m.service().to_string(), m.name().to_string()))
+            .unwrap_or_default();
+        if is_read_operation(&operation) {
+            return Ok(());
+        }
+        let action = format!("{service}:{operation}");
+        // `Input(TypeErasedBox[!Clone]:CreateTagsInput { … })` → `CreateTagsInput { … }`.
+        let erased = format!("{:?}", context.input());
+        let mut object = erased
+            .split_once("]:")
+            .map(|(_, rest)| rest.strip_suffix(')').unwrap_or(rest).to_string())
+            .unwrap_or(erased);
+        if object.len() > 400 {
+            let cut = (0..=400).rev().find(|i| object.is_char_boundary(*i)).unwrap_or(0);
+            object.truncate(cut);
+            object.push('…');
+        }
+        dry_run.record("aws", &action, &object);
+        Err(Box::new(DryRunRefused(action)))
+    }
 }
 
 impl AwsApi {
+    /// The shadow-mode guard to put on every SDK client of this region.
+    pub fn write_guard(&self) -> WriteGuard {
+        WriteGuard {
+            dry_run: self.dry_run.clone(),
+        }
+    }
+
     /// The interceptor to put on every SDK client of this region.
     pub fn attempt_counter(&self) -> AttemptCounter {
         AttemptCounter {
@@ -329,6 +404,28 @@ impl AwsApi {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_describe_get_and_list_operations_are_reads() {
+        for read in [
+            "DescribeInstances",
+            "DescribeTags",
+            "GetCallerIdentity",
+            "ListTagsForResource",
+        ] {
+            assert!(is_read_operation(read), "{read}");
+        }
+        for write in [
+            "CreateTags",
+            "DeleteLoadBalancer",
+            "AuthorizeSecurityGroupIngress",
+            "RegisterTargets",
+            "ModifyInstanceAttribute",
+            "",
+        ] {
+            assert!(!is_read_operation(write), "{write:?}");
+        }
+    }
 
     #[test]
     fn throttling_bodies_are_recognised() {

@@ -213,7 +213,9 @@ impl AwsCloud {
                 .build();
         }
         let api = AwsApi::default();
-        let mut ec2_conf = aws_sdk_ec2::config::Builder::from(&sdk).interceptor(api.attempt_counter());
+        let mut ec2_conf = aws_sdk_ec2::config::Builder::from(&sdk)
+            .interceptor(api.attempt_counter())
+            .interceptor(api.write_guard());
         if let Some(o) = config.override_for(AwsService::Ec2, &region) {
             info!(url = %o.url, signing_region = %o.signing_region, "using the EC2 endpoint of [ServiceOverride {:?}]", o.id);
             ec2_conf = ec2_conf
@@ -221,8 +223,9 @@ impl AwsCloud {
                 .region(Region::new(o.signing_region.clone()));
         }
         let ec2 = aws_sdk_ec2::Client::from_conf(ec2_conf.build());
-        let mut elb_conf =
-            aws_sdk_elasticloadbalancing::config::Builder::from(&sdk).interceptor(api.attempt_counter());
+        let mut elb_conf = aws_sdk_elasticloadbalancing::config::Builder::from(&sdk)
+            .interceptor(api.attempt_counter())
+            .interceptor(api.write_guard());
         if let Some(o) = config.override_for(AwsService::Elb, &region) {
             info!(url = %o.url, "using the ELB endpoint of [ServiceOverride {:?}]", o.id);
             elb_conf = elb_conf
@@ -230,8 +233,9 @@ impl AwsCloud {
                 .region(Region::new(o.signing_region.clone()));
         }
         let elb = aws_sdk_elasticloadbalancing::Client::from_conf(elb_conf.build());
-        let mut elbv2_conf =
-            aws_sdk_elasticloadbalancingv2::config::Builder::from(&sdk).interceptor(api.attempt_counter());
+        let mut elbv2_conf = aws_sdk_elasticloadbalancingv2::config::Builder::from(&sdk)
+            .interceptor(api.attempt_counter())
+            .interceptor(api.write_guard());
         if let Some(o) = config.override_for(AwsService::Elbv2, &region) {
             info!(url = %o.url, "using the ELBv2 endpoint of [ServiceOverride {:?}]", o.id);
             elbv2_conf = elbv2_conf
@@ -239,7 +243,9 @@ impl AwsCloud {
                 .region(Region::new(o.signing_region.clone()));
         }
         let elbv2 = aws_sdk_elasticloadbalancingv2::Client::from_conf(elbv2_conf.build());
-        let mut sts_conf = aws_sdk_sts::config::Builder::from(&sdk).interceptor(api.attempt_counter());
+        let mut sts_conf = aws_sdk_sts::config::Builder::from(&sdk)
+            .interceptor(api.attempt_counter())
+            .interceptor(api.write_guard());
         if let Some(o) = config.override_for(AwsService::Sts, &region) {
             sts_conf = sts_conf
                 .endpoint_url(&o.url)
@@ -593,6 +599,10 @@ impl CloudProvider for AwsCloud {
             shutdown: ctx.shutdown.clone(),
         });
         self.instances.set_nodes(ctx.nodes);
+        if let Some(dry_run) = ctx.dry_run {
+            // Shadow mode: from now on no AWS write of any client is sent (see `WriteGuard`).
+            let _ = self.api.dry_run.set(dry_run);
+        }
         Ok(())
     }
 

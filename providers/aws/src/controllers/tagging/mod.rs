@@ -229,8 +229,7 @@ pub struct TaggingController {
 impl TaggingController {
     /// Builds the controller; fails (the controller is skipped) when the provider is not AWS.
     pub fn new(ctx: ControllerContext, options: TaggingOptions) -> Result<Self, String> {
-        let cloud: &dyn std::any::Any = ctx.cloud.as_ref();
-        let Some(aws) = cloud.downcast_ref::<AwsCloud>() else {
+        let Some(aws) = ctx.provider::<AwsCloud>() else {
             return Err(format!(
                 "tagging controller does not support {} provider",
                 ctx.cloud.provider_name()
