@@ -219,3 +219,33 @@ pub fn run_to_exit(binary: &str, args: &[&str]) -> Result<(i32, String, String)>
         String::from_utf8_lossy(&out.stderr).into(),
     ))
 }
+
+/// `RUST_LOG` for a CCM whose writes are to be read with [`logged_writes`].
+pub const LOG_WRITES: &str = "info,k8s_cloud_provider=debug,k8s_controller_manager::writes=debug";
+
+/// `(controller, action, object, dry run)` of every write line of a JSON log
+/// (`--logging-format=json`, with [`LOG_WRITES`]): the writes made (`write`, debug) and the ones
+/// a `--dry-run` process announced (`dry run: would write`). Events are `record events` in
+/// their namespace (their names are made of a timestamp; a repeat patches or creates).
+pub fn logged_writes(log: &str) -> Vec<(String, String, String, bool)> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| {
+            let f = &v["fields"];
+            let message = f["message"].as_str()?;
+            if message != "write" && message != "dry run: would write" {
+                return None;
+            }
+            let controller = f["controller"].as_str()?.to_string();
+            let mut action = f["action"].as_str()?.to_string();
+            let mut object = f["object"].as_str()?.to_string();
+            if controller == "events" {
+                // Event names are made of a timestamp, and whether a repeat patches the first
+                // event or creates one depends on timing: compare the namespace recorded into.
+                object = object.split('/').next().unwrap_or_default().to_string();
+                action = "record events".into();
+            }
+            Some((controller, action, object, f["dry_run"].as_bool()?))
+        })
+        .collect()
+}

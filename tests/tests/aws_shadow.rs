@@ -31,7 +31,7 @@ use kube::{Api, Client, api::PostParams};
 use nix::sys::signal::Signal;
 use rcp_e2e::{
     Moto, TestCluster,
-    ccm::CcmProcess,
+    ccm::{CcmProcess, LOG_WRITES, logged_writes},
     k8s::{
         initialised, load_balancer_service, node_with_provider_id, tainted_node, wait_for, wait_for_ingress,
     },
@@ -39,33 +39,6 @@ use rcp_e2e::{
 
 const T: Duration = Duration::from_secs(120);
 const EXCLUDE: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
-const LOG_FILTER: &str = "info,k8s_cloud_provider=debug,k8s_controller_manager::writes=debug";
-
-/// `(controller, action, object, dry run)` of every write line of a JSON log.
-fn writes(log: &str) -> Vec<(String, String, String, bool)> {
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| {
-            let f = &v["fields"];
-            let message = f["message"].as_str()?;
-            if message != "write" && message != "dry run: would write" {
-                return None;
-            }
-            let controller = f["controller"].as_str()?.to_string();
-            let mut object = f["object"].as_str()?.to_string();
-            if controller == "events" {
-                // Event names are made of a timestamp: compare their namespace.
-                object = object.split('/').next().unwrap_or_default().to_string();
-            }
-            Some((
-                controller,
-                f["action"].as_str()?.to_string(),
-                object,
-                f["dry_run"].as_bool()?,
-            ))
-        })
-        .collect()
-}
 
 /// The sum of `apiserver_request_total` for `verb` on `resource` with the given `dry_run`
 /// label (`""`: real writes; `"All"`: dry runs).
@@ -170,10 +143,10 @@ async fn shadow_mode_writes_nothing_and_announces_what_the_normal_mode_then_does
             "--dry-run".into(),
             "--logging-format=json".into(),
         ],
-        &[moto.sdk_env(), vec![("RUST_LOG", LOG_FILTER)]].concat(),
+        &[moto.sdk_env(), vec![("RUST_LOG", LOG_WRITES)]].concat(),
     )?;
     let announced = |log: &str| -> BTreeSet<(String, String, String)> {
-        writes(log)
+        logged_writes(log)
             .into_iter()
             .filter(|w| w.3)
             .map(|(c, a, o, _)| (c, a, o))
@@ -286,7 +259,7 @@ async fn shadow_mode_writes_nothing_and_announces_what_the_normal_mode_then_does
             "--leader-elect=false".into(),
             "--logging-format=json".into(),
         ],
-        &[moto.sdk_env(), vec![("RUST_LOG", LOG_FILTER)]].concat(),
+        &[moto.sdk_env(), vec![("RUST_LOG", LOG_WRITES)]].concat(),
     )?;
     for name in ["web", "web-nlb"] {
         wait_for_ingress(&services, name, T).await?;
@@ -311,7 +284,7 @@ async fn shadow_mode_writes_nothing_and_announces_what_the_normal_mode_then_does
         "{}",
         normal.log()
     );
-    let normal_writes: BTreeSet<(String, String, String)> = writes(&normal.log())
+    let normal_writes: BTreeSet<(String, String, String)> = logged_writes(&normal.log())
         .into_iter()
         .filter(|w| !w.3)
         .map(|(c, a, o, _)| (c, a, o))
@@ -369,10 +342,10 @@ async fn shadow_mode_stops_a_provider_controllers_cloud_writes() -> Result<()> {
             "--dry-run".into(),
             "--logging-format=json".into(),
         ],
-        &[moto.sdk_env(), vec![("RUST_LOG", LOG_FILTER)]].concat(),
+        &[moto.sdk_env(), vec![("RUST_LOG", LOG_WRITES)]].concat(),
     )?;
     let announced = wait_for("the tags to be announced for every instance", T, || {
-        let tags: Vec<String> = writes(&ccm.log())
+        let tags: Vec<String> = logged_writes(&ccm.log())
             .into_iter()
             .filter(|(c, a, _, dry)| *dry && c == "aws" && a.ends_with(":CreateTags"))
             .map(|(_, _, o, _)| o)

@@ -437,3 +437,95 @@ async fn soap_faults_are_typed_and_an_expired_session_logs_in_again() -> Result<
     assert_eq!(rest.logins(), logins, "the REST session is reused");
     Ok(())
 }
+
+/// Shadow mode on vSphere (whose bindings only read vCenter): the Nodes are not initialised
+/// and no Lease is taken, the would-be writes are announced, and they are exactly what the
+/// normal run then does.
+#[tokio::test]
+async fn shadow_mode_initialises_nothing_and_announces_what_the_normal_mode_then_does() -> Result<()> {
+    use std::collections::BTreeSet;
+
+    use k8s_openapi::api::coordination::v1::Lease;
+    use rcp_e2e::ccm::{LOG_WRITES, logged_writes};
+
+    let cluster = TestCluster::start().await?;
+    let vcsim = Vcsim::start_with(model(2))?;
+    identify(&vcsim, 2)?;
+    let config = cloud_config(&cluster, &vcsim, false)?;
+    let client = cluster.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let names = ["node-0", "node-1"];
+    for name in names {
+        nodes.create(&PostParams::default(), &tainted_node(name)).await?;
+    }
+    let run = |name: &str, extra: &[&str]| -> Result<CcmProcess> {
+        let mut args = vec![
+            format!("--cloud-config={}", config.display()),
+            "--logging-format=json".to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        CcmProcess::start_with_env(
+            BIN,
+            name,
+            &cluster.ccm_kubeconfig("vsphere/base")?,
+            cluster.dir(),
+            &args,
+            &[("RUST_LOG", LOG_WRITES)],
+        )
+    };
+    let writes_of = |log: &str, dry: bool| -> BTreeSet<(String, String, String)> {
+        logged_writes(log)
+            .into_iter()
+            .filter(|w| w.3 == dry)
+            .map(|(c, a, o, _)| (c, a, o))
+            .collect()
+    };
+
+    let mut shadow = run("ccm-vsphere-shadow", &["--dry-run"])?;
+    wait_for("the node initialisations announced", T, || {
+        let seen = writes_of(&shadow.log(), true);
+        let all = names.iter().all(|n| {
+            seen.contains(&(
+                "node-controller".to_string(),
+                "update nodes".to_string(),
+                n.to_string(),
+            ))
+        });
+        async move { all.then_some(()) }
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    shadow.signal(nix::sys::signal::Signal::SIGTERM)?;
+    assert_eq!(
+        shadow.wait_exit(Duration::from_secs(30))?,
+        Some(0),
+        "{}",
+        shadow.log()
+    );
+    let announced = writes_of(&shadow.log(), true);
+    println!("vSphere shadow run announced: {announced:#?}");
+    for name in names {
+        assert!(
+            initialised(&nodes, name).await.is_none(),
+            "{name} is still tainted"
+        );
+    }
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    assert!(leases.get_opt("cloud-controller-manager").await?.is_none());
+
+    let mut normal = run("ccm-vsphere-normal", &["--leader-elect=false"])?;
+    for name in names {
+        wait_for(&format!("{name} initialised"), T, || initialised(&nodes, name)).await?;
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    normal.signal(nix::sys::signal::Signal::SIGTERM)?;
+    assert_eq!(
+        normal.wait_exit(Duration::from_secs(30))?,
+        Some(0),
+        "{}",
+        normal.log()
+    );
+    let done = writes_of(&normal.log(), false);
+    assert_eq!(announced, done);
+    Ok(())
+}
