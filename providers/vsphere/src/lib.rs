@@ -5,13 +5,17 @@
 
 pub use k8s_legacy_cloud_provider_vsphere as legacy;
 
+pub mod doctor;
+
 /// The provider name (`--cloud-provider` default).
 pub const PROVIDER_NAME: &str = legacy::PROVIDER_NAME;
 
 /// The provider as the cloud-controller-manager application needs it.
 pub fn provider_spec() -> k8s_cloud_provider::app::ProviderSpec {
     // As cloud-provider-vsphere: a changed config file restarts the process.
-    k8s_cloud_provider::app::ProviderSpec::new(PROVIDER_NAME, legacy::factory()).restart_on_config_change()
+    k8s_cloud_provider::app::ProviderSpec::new(PROVIDER_NAME, legacy::factory())
+        .restart_on_config_change()
+        .with_command(doctor::provider_command())
 }
 
 /// `cloud-controller-manager-vsphere convert-config <old.conf> [-o <new.yaml>]`: writes the CPI

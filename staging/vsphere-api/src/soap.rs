@@ -74,6 +74,8 @@ pub struct ServiceContent {
     pub search_index: MoRef,
     /// Session manager.
     pub session_manager: MoRef,
+    /// Authorization manager (privilege queries), when the server names one.
+    pub authorization_manager: Option<MoRef>,
     /// `about.apiVersion`.
     pub api_version: String,
 }
@@ -328,6 +330,7 @@ impl Client {
                     view_manager: mo("viewManager")?,
                     search_index: mo("searchIndex")?,
                     session_manager: mo("sessionManager")?,
+                    authorization_manager: rv.child("authorizationManager").and_then(MoRef::from_element),
                     api_version: rv.path(&["about", "apiVersion"]).map(|e| e.text.clone()).unwrap_or_default(),
                 })
             })
@@ -369,6 +372,55 @@ impl Client {
             sc.session_manager.to_xml("obj")
         );
         self.post(&body).await.is_ok_and(|r| r.find("userName").is_some())
+    }
+
+    /// The user name of this client's session (`SessionManager.currentSession.userName`;
+    /// logs in first if needed).
+    pub async fn current_user(&self) -> Result<String, Error> {
+        let sc = self.service_content().await?;
+        let body = format!(
+            "<RetrievePropertiesEx xmlns=\"urn:vim25\">{}<specSet><propSet><type>SessionManager</type><pathSet>currentSession</pathSet></propSet><objectSet>{}</objectSet></specSet><options></options></RetrievePropertiesEx>",
+            sc.property_collector.to_xml("_this"),
+            sc.session_manager.to_xml("obj")
+        );
+        let answer = self.call(&body).await?;
+        answer
+            .find("userName")
+            .map(|e| e.text.trim().to_string())
+            .filter(|u| !u.is_empty())
+            .ok_or_else(|| Error::Response("SessionManager.currentSession has no userName".into()))
+    }
+
+    /// `AuthorizationManager.FetchUserPrivilegeOnEntities`: the privileges `user` holds on each
+    /// of `entities` (in the order vCenter answers).
+    pub async fn user_privileges(
+        &self,
+        entities: &[MoRef],
+        user: &str,
+    ) -> Result<Vec<(MoRef, Vec<String>)>, Error> {
+        let sc = self.service_content().await?;
+        let authz = sc
+            .authorization_manager
+            .as_ref()
+            .ok_or_else(|| Error::Response("ServiceContent without authorizationManager".into()))?;
+        let body = format!(
+            "<FetchUserPrivilegeOnEntities xmlns=\"urn:vim25\">{}{}<userName>{}</userName></FetchUserPrivilegeOnEntities>",
+            authz.to_xml("_this"),
+            entities.iter().map(|e| e.to_xml("entities")).collect::<String>(),
+            escape(user)
+        );
+        let answer = self.call(&body).await?;
+        Ok(answer
+            .children_named("returnval")
+            .filter_map(|r| {
+                let entity = r.child("entity").and_then(MoRef::from_element)?;
+                let privileges = r
+                    .children_named("privileges")
+                    .map(|p| p.text.trim().to_string())
+                    .collect();
+                Some((entity, privileges))
+            })
+            .collect())
     }
 
     /// Sends a call that needs a session, logging in first if needed and once more when the

@@ -78,7 +78,11 @@ async fn doctor(flags: &DoctorFlags) -> Vec<Check> {
         }
     }
     // The API server and RBAC first: the cloud checks need the Nodes.
-    let client = match flags.access.kube_client("doctor").await {
+    let client = match flags
+        .access
+        .kube_client("cloud-controller-manager-aws/doctor")
+        .await
+    {
         Ok(c) => Some(c),
         Err(e) => {
             checks.push(Check::fail(

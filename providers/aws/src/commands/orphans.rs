@@ -112,7 +112,10 @@ async fn orphans(flags: &OrphansFlags) -> Result<bool, String> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     let aws = super::aws_cloud(flags.access.cloud_config_bytes()?).await?;
-    let client = flags.access.kube_client("orphans").await?;
+    let client = flags
+        .access
+        .kube_client("cloud-controller-manager-aws/orphans")
+        .await?;
     let services = Api::<Service>::all(client.clone())
         .list(&ListParams::default())
         .await

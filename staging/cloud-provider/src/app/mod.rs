@@ -28,6 +28,7 @@
 //! those assigned to kube-controller-manager do not run; the rest run under the primary lock.
 //! Losing either lock exits 1.
 
+mod access;
 mod clients;
 pub mod options;
 
@@ -53,6 +54,7 @@ use k8s_controller_manager::{
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+pub use access::ClusterAccessFlags;
 pub use options::{Options, ValidatedOptions};
 
 use crate::{

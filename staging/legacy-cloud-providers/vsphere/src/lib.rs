@@ -36,6 +36,7 @@
 //! logins, and the legacy `Instances` interface (the controllers use `InstancesV2`).
 
 pub mod config;
+pub mod doctor;
 pub mod guest_os;
 pub mod guestinfo;
 mod yaml;
@@ -323,6 +324,12 @@ impl VsphereCloud {
             tags: Mutex::new(HashMap::new()),
             categories: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The Kubernetes client used to read credentials from a Secret, for a program that uses
+    /// the provider without the controller manager (which passes it in `Initialize`).
+    pub fn set_kube_client(&self, client: kube::Client) {
+        *self.kube.lock() = Some(client);
     }
 
     /// SOAP and REST logins so far, summed over vCenters: `(soap, rest)`.
