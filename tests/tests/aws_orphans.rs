@@ -143,6 +143,33 @@ async fn routes(moto: &Moto, table: &str) -> Result<Vec<String>> {
     Ok(all)
 }
 
+/// The sources the rules of `group` admit: `group <id>` or `cidr <cidr> <description>`.
+async fn node_group_sources(moto: &Moto, group: &str) -> Result<Vec<String>> {
+    let out = moto
+        .ec2()
+        .describe_security_groups()
+        .group_ids(group)
+        .send()
+        .await?;
+    Ok(out
+        .security_groups()
+        .iter()
+        .flat_map(|g| g.ip_permissions())
+        .flat_map(|p| {
+            p.user_id_group_pairs()
+                .iter()
+                .map(|u| format!("group {}", u.group_id().unwrap_or_default()))
+                .chain(p.ip_ranges().iter().map(|r| {
+                    format!(
+                        "cidr {} {}",
+                        r.cidr_ip().unwrap_or_default(),
+                        r.description().unwrap_or_default()
+                    )
+                }))
+        })
+        .collect())
+}
+
 /// Runs `cloud-controller-manager-aws orphans <args>`: `(exit code, stdout, stderr)`.
 fn orphans(moto: &Moto, args: &[String]) -> Result<(i32, String, String)> {
     let out = std::process::Command::new(paths::workspace_binary("cloud-controller-manager-aws")?)
@@ -259,6 +286,65 @@ async fn orphans_lists_and_deletes_exactly_what_no_service_owns() -> Result<()> 
         .instance_ids(&extra[0].id)
         .send()
         .await?;
+    // Rules of the node group that admit a security group that was deleted since, and the
+    // clients of an NLB that is gone (what a CCM killed between the two deletions leaves).
+    let deleted_source = moto
+        .ec2()
+        .create_security_group()
+        .group_name("deleted-source")
+        .description("a group deleted after a node-group rule named it")
+        .vpc_id(&world.vpc_id)
+        .send()
+        .await?
+        .group_id()
+        .unwrap_or_default()
+        .to_string();
+    let node_group = &world.security_group_id;
+    moto.ec2()
+        .authorize_security_group_ingress()
+        .group_id(node_group)
+        .ip_permissions(
+            aws_sdk_ec2::types::IpPermission::builder()
+                .ip_protocol("tcp")
+                .from_port(30000)
+                .to_port(30000)
+                .user_id_group_pairs(
+                    aws_sdk_ec2::types::UserIdGroupPair::builder()
+                        .group_id(&deleted_source)
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await?;
+    moto.ec2()
+        .delete_security_group()
+        .group_id(&deleted_source)
+        .send()
+        .await?;
+    let gone_nlb = "a00000000000000000000000000dead1";
+    moto.ec2()
+        .authorize_security_group_ingress()
+        .group_id(node_group)
+        .ip_permissions(
+            aws_sdk_ec2::types::IpPermission::builder()
+                .ip_protocol("tcp")
+                .from_port(30001)
+                .to_port(30001)
+                .ip_ranges(
+                    aws_sdk_ec2::types::IpRange::builder()
+                        .cidr_ip("10.9.0.0/16")
+                        .description(format!("kubernetes.io/rule/nlb/client={gone_nlb}"))
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await?;
+    let stale_rules = [
+        ("sg-rule".to_string(), format!("{node_group}/{deleted_source}")),
+        ("sg-rule".to_string(), format!("{node_group}/nlb={gone_nlb}")),
+    ];
     let routes_before = routes(&moto, &world.route_table_id).await?;
     let before = inventory(&moto, &world.vpc_id).await?;
     let ours = |service: &str| {
@@ -271,6 +357,7 @@ async fn orphans_lists_and_deletes_exactly_what_no_service_owns() -> Result<()> 
     let mut expected = ours("default/gone");
     expected.extend(ours("default/gone-nlb"));
     expected.extend(["10.244.50.0/24", "10.244.51.0/24"].map(|c| ("route".to_string(), c.to_string())));
+    expected.extend(stale_rules.iter().cloned());
     expected.sort();
     println!("left behind: {expected:#?}");
     assert!(expected.iter().any(|(k, _)| k == "classic-elb"), "{before:#?}");
@@ -296,7 +383,7 @@ async fn orphans_lists_and_deletes_exactly_what_no_service_owns() -> Result<()> 
             let name = cols.next()?;
             matches!(
                 kind,
-                "classic-elb" | "nlb" | "target-group" | "security-group" | "route"
+                "classic-elb" | "nlb" | "target-group" | "security-group" | "route" | "sg-rule"
             )
             .then(|| (kind.to_string(), name.to_string()))
         })
@@ -336,8 +423,21 @@ async fn orphans_lists_and_deletes_exactly_what_no_service_owns() -> Result<()> 
             .filter(|r| !routes_after.contains(r))
             .map(|r| ("route".to_string(), r.clone())),
     );
+    let node_rules = node_group_sources(&moto, node_group).await?;
+    for (kind, name) in &stale_rules {
+        let source = name.rsplit('/').next().unwrap_or_default();
+        if !node_rules.iter().any(|r| r.contains(source)) {
+            gone.push((kind.clone(), name.clone()));
+        }
+    }
     gone.sort();
     assert_eq!(gone, expected, "deleted exactly the orphans");
+    assert!(
+        node_rules
+            .iter()
+            .any(|r| r.contains("k8s-elb-") || r.starts_with("group sg-")),
+        "the kept load balancer's rule stays: {node_rules:?}"
+    );
     assert!(
         routes_after.iter().any(|r| r == "10.244.52.0/24")
             && routes_after.iter().any(|r| r == "192.168.7.0/24")

@@ -1,5 +1,6 @@
 //! `cloud-controller-manager-aws orphans`: lists the load balancers, target groups and security
-//! groups tagged as owned by the cluster that no Service owns any more, and (with
+//! groups tagged as owned by the cluster that no Service owns any more, the rules of the
+//! cluster's security groups that admit a security group or an NLB that no longer exists, and (with
 //! `--cluster-cidr`) the routes to instances that are gone or run no Node
 //! ([`k8s_legacy_cloud_provider_aws::orphans`]); with `--delete` (after a confirmation, or
 //! `--yes`) deletes them the way the service controller would, checking ownership again on
@@ -178,6 +179,7 @@ async fn orphans(flags: &OrphansFlags) -> Result<bool, String> {
         OrphanKind::NetworkLoadBalancer,
         OrphanKind::TargetGroup,
         OrphanKind::SecurityGroup,
+        OrphanKind::SecurityGroupRule,
         OrphanKind::Route,
     ] {
         for o in found.iter().filter(|o| o.kind == kind) {

@@ -44,6 +44,10 @@ pub enum OrphanKind {
     TargetGroup,
     /// A load balancer's security group.
     SecurityGroup,
+    /// Rules of a cluster security group that admit a source that is gone: a security group
+    /// that no longer exists, or an NLB (its client, health-check and path-MTU rules) that no
+    /// longer exists and that no Service wants.
+    SecurityGroupRule,
     /// A route of the cluster's route table (within the cluster CIDR) to an instance that is
     /// gone or that no Node runs on.
     Route,
@@ -56,6 +60,7 @@ impl std::fmt::Display for OrphanKind {
             Self::NetworkLoadBalancer => "nlb",
             Self::TargetGroup => "target-group",
             Self::SecurityGroup => "security-group",
+            Self::SecurityGroupRule => "sg-rule",
             Self::Route => "route",
         })
     }
@@ -68,11 +73,13 @@ pub struct Orphan {
     pub kind: OrphanKind,
     /// Its name.
     pub name: String,
-    /// Its ID: the name (Classic ELB), the ARN (NLB, target group), the group ID, or for a
-    /// route its destination CIDR (also its name).
+    /// Its ID: the name (Classic ELB), the ARN (NLB, target group), the group ID, for a route
+    /// its destination CIDR (also its name), for security-group rules
+    /// `<group id>/<missing source group id>` or `<group id>/nlb=<NLB name>` (also the name).
     pub id: String,
-    /// What it was made for: the Service (`namespace/name`, from its tag), or for a route the
-    /// Node it pointed at (`node/<name>`; `node/` when its instance is gone).
+    /// What it was made for: the Service (`namespace/name`, from its tag), for a route the
+    /// Node it pointed at (`node/<name>`; `node/` when its instance is gone), for rules the
+    /// source that is gone (`group/<id>`, `nlb/<name>`).
     pub owner: String,
     /// Why no Service owns it.
     pub reason: String,
@@ -262,6 +269,11 @@ impl AwsCloud {
                 break;
             }
         }
+        let existing_nlbs: BTreeSet<String> = arns
+            .values()
+            .filter(|(kind, _, _)| *kind == OrphanKind::NetworkLoadBalancer)
+            .map(|(_, name, _)| name.clone())
+            .collect();
         let keys: Vec<String> = arns.keys().cloned().collect();
         let mut orphan_nlbs = BTreeSet::new();
         let mut target_groups = Vec::new();
@@ -318,6 +330,8 @@ impl AwsCloud {
         // Security groups of load balancers, in the cluster's VPC.
         let vpc = self.vpc_id().await?;
         let mut token: Option<String> = None;
+        let mut vpc_groups = BTreeSet::new();
+        let mut cluster_groups = Vec::new();
         loop {
             let out = self
                 .api
@@ -335,6 +349,10 @@ impl AwsCloud {
                 let tags = crate::lb::network::tags_of(g);
                 let name = g.group_name().unwrap_or_default();
                 let id = g.group_id().unwrap_or_default();
+                vpc_groups.insert(id.to_string());
+                if self.tagged_for_cluster(&tags) {
+                    cluster_groups.push(g.clone());
+                }
                 let Some(service) = self.ours(&tags) else { continue };
                 if id == self.config.elb_security_group || w.groups.contains(name) {
                     continue;
@@ -352,8 +370,84 @@ impl AwsCloud {
                 break;
             }
         }
+        let orphan_groups: BTreeSet<String> = found
+            .iter()
+            .filter(|o| o.kind == OrphanKind::SecurityGroup)
+            .map(|o| o.id.clone())
+            .collect();
+        for g in cluster_groups {
+            let gid = g.group_id().unwrap_or_default();
+            if orphan_groups.contains(gid) {
+                continue; // its rules go with it
+            }
+            found.extend(Self::orphan_rules(
+                &g,
+                &vpc,
+                &vpc_groups,
+                &existing_nlbs,
+                &w.network,
+            ));
+        }
         found.sort();
+        found.dedup();
         Ok(found)
+    }
+
+    /// The rules of the cluster group `g` that admit a source that is gone: a security group of
+    /// this account and VPC that does not exist (`vpc_groups` are the VPC's groups; rules
+    /// through a peering connection or naming another account or VPC are never looked at), or
+    /// an NLB named in a rule's description (`kubernetes.io/rule/nlb/{client,health,mtu}=<name>`)
+    /// that does not exist and that no Service wants.
+    fn orphan_rules(
+        g: &aws_sdk_ec2::types::SecurityGroup,
+        vpc: &str,
+        vpc_groups: &BTreeSet<String>,
+        existing_nlbs: &BTreeSet<String>,
+        wanted_nlbs: &BTreeSet<String>,
+    ) -> Vec<Orphan> {
+        let gid = g.group_id().unwrap_or_default();
+        let mut out = Vec::new();
+        for pair in g.ip_permissions().iter().flat_map(|p| p.user_id_group_pairs()) {
+            let Some(source) = pair.group_id() else { continue };
+            let same_account = pair.user_id().is_none_or(|u| Some(u) == g.owner_id());
+            let same_vpc = pair.vpc_id().is_none_or(|v| v == vpc);
+            if pair.vpc_peering_connection_id().is_some() || !same_account || !same_vpc {
+                continue;
+            }
+            if !vpc_groups.contains(source) {
+                let id = format!("{gid}/{source}");
+                out.push(Orphan {
+                    kind: OrphanKind::SecurityGroupRule,
+                    name: id.clone(),
+                    id,
+                    owner: format!("group/{source}"),
+                    reason: format!("rules of {gid} admit security group {source}, which no longer exists"),
+                });
+            }
+        }
+        let mtu = format!("{}=", crate::lb::nlb::RULE_MTU);
+        for rule in crate::lb::network::cidr_rules(g) {
+            let d = rule.description.as_str();
+            let Some(nlb) = d
+                .strip_prefix(crate::lb::nlb::RULE_CLIENT)
+                .or_else(|| d.strip_prefix(crate::lb::nlb::RULE_HEALTH))
+                .or_else(|| d.strip_prefix(mtu.as_str()))
+                .filter(|n| !n.is_empty())
+            else {
+                continue;
+            };
+            if !existing_nlbs.contains(nlb) && !wanted_nlbs.contains(nlb) {
+                let id = format!("{gid}/nlb={nlb}");
+                out.push(Orphan {
+                    kind: OrphanKind::SecurityGroupRule,
+                    name: id.clone(),
+                    id,
+                    owner: format!("nlb/{nlb}"),
+                    reason: format!("rules of {gid} admit the clients and health checks of NLB {nlb}, which no longer exists"),
+                });
+            }
+        }
+        out
     }
 
     /// Deletes one orphan found by [`AwsCloud::find_orphans`] the way the service controller
@@ -405,6 +499,7 @@ impl AwsCloud {
                 }
                 Routes::delete_route(self, cluster_name, route).await?;
             }
+            OrphanKind::SecurityGroupRule => self.delete_orphan_rules(&orphan.id).await?,
             OrphanKind::SecurityGroup => {
                 let out = self
                     .api
@@ -471,6 +566,107 @@ impl AwsCloud {
         Ok(found)
     }
 
+    /// Revokes the rules an [`OrphanKind::SecurityGroupRule`] orphan names, after checking
+    /// again that the group is the cluster's and that the source is still gone.
+    async fn delete_orphan_rules(&self, id: &str) -> CloudResult<()> {
+        let (gid, source) = id.split_once('/').ok_or_else(|| {
+            CloudError::msg(format!(
+                "security-group rule orphan {id:?} is not <group>/<source>"
+            ))
+        })?;
+        let group = |gid: &str| {
+            let gid = gid.to_string();
+            async move {
+                self.api
+                    .call(
+                        "describe_security_groups",
+                        self.ec2
+                            .describe_security_groups()
+                            .filters(Filter::builder().name("group-id").values(&gid).build())
+                            .send(),
+                    )
+                    .await
+                    .map(|o| o.security_groups().first().cloned())
+                    .map_err(|e| cloud_error(format!("describing security group {gid}"), e))
+            }
+        };
+        let Some(g) = group(gid).await? else {
+            return Ok(()); // the group is gone, and its rules with it
+        };
+        if !self.tagged_for_cluster(&crate::lb::network::tags_of(&g)) {
+            return Err(CloudError::msg(format!(
+                "security group {gid} is not tagged for this cluster; its rules are not touched"
+            )));
+        }
+        match source.strip_prefix("nlb=") {
+            Some(nlb) => {
+                let r = self
+                    .api
+                    .call(
+                        "elbv2_describe_load_balancers",
+                        self.elbv2.describe_load_balancers().names(nlb).send(),
+                    )
+                    .await;
+                let exists = not_found_as_none(r, &["LoadBalancerNotFound"])
+                    .map_err(|e| cloud_error(format!("looking up NLB {nlb}"), e))?
+                    .is_some_and(|o| !o.load_balancers().is_empty());
+                if exists {
+                    return Err(CloudError::msg(format!(
+                        "NLB {nlb} exists again; its rules are not revoked"
+                    )));
+                }
+                self.release_nlb_rules(nlb).await
+            }
+            None => {
+                if group(source).await?.is_some() {
+                    return Err(CloudError::msg(format!(
+                        "security group {source} exists; the rules of {gid} that admit it are not revoked"
+                    )));
+                }
+                // By rule ID: a rule naming a group that no longer exists cannot be revoked by
+                // its contents (EC2 answers InvalidGroup.NotFound for the source).
+                let rules = self
+                    .api
+                    .call(
+                        "describe_security_group_rules",
+                        self.ec2
+                            .describe_security_group_rules()
+                            .filters(Filter::builder().name("group-id").values(gid).build())
+                            .into_paginator()
+                            .items()
+                            .send()
+                            .try_collect(),
+                    )
+                    .await
+                    .map_err(|e| cloud_error(format!("listing the rules of security group {gid}"), e))?;
+                let ids: Vec<String> = rules
+                    .iter()
+                    .filter(|r| {
+                        r.is_egress() == Some(false)
+                            && r.referenced_group_info().and_then(|i| i.group_id()) == Some(source)
+                    })
+                    .filter_map(|r| r.security_group_rule_id().map(str::to_string))
+                    .collect();
+                if ids.is_empty() {
+                    return Ok(());
+                }
+                tracing::info!(group = gid, source, rules = ?ids, "revoking rules that admit a security group that no longer exists");
+                self.api
+                    .call(
+                        "revoke_security_group_ingress",
+                        self.ec2
+                            .revoke_security_group_ingress()
+                            .group_id(gid)
+                            .set_security_group_rule_ids(Some(ids))
+                            .send(),
+                    )
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| cloud_error(format!("revoking the rules of {gid} that admit {source}"), e))
+            }
+        }
+    }
+
     /// Whether the Classic ELB exists and is this cluster's (`Ok(false)`: gone); an ELB of
     /// somebody else is an error.
     async fn classic_owned(&self, name: &str) -> CloudResult<bool> {
@@ -519,5 +715,75 @@ impl AwsCloud {
                 "{arn} is not owned by this cluster's load balancers; not deleted"
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_ec2::types::{IpPermission, IpRange, SecurityGroup, UserIdGroupPair};
+
+    use super::*;
+
+    fn pair(group: &str, user: Option<&str>, vpc: Option<&str>, peering: Option<&str>) -> IpPermission {
+        IpPermission::builder()
+            .ip_protocol("tcp")
+            .from_port(1)
+            .to_port(1)
+            .user_id_group_pairs(
+                UserIdGroupPair::builder()
+                    .group_id(group)
+                    .set_user_id(user.map(str::to_string))
+                    .set_vpc_id(vpc.map(str::to_string))
+                    .set_vpc_peering_connection_id(peering.map(str::to_string))
+                    .build(),
+            )
+            .build()
+    }
+
+    fn cidr(description: &str) -> IpPermission {
+        IpPermission::builder()
+            .ip_protocol("tcp")
+            .from_port(2)
+            .to_port(2)
+            .ip_ranges(
+                IpRange::builder()
+                    .cidr_ip("10.0.0.0/8")
+                    .description(description)
+                    .build(),
+            )
+            .build()
+    }
+
+    #[test]
+    fn only_rules_naming_a_missing_group_of_this_account_and_vpc_or_a_gone_nlb_are_orphans() {
+        let g = SecurityGroup::builder()
+            .group_id("sg-nodes")
+            .owner_id("111")
+            .ip_permissions(pair("sg-alive", None, None, None))
+            .ip_permissions(pair("sg-gone", Some("111"), Some("vpc-1"), None))
+            .ip_permissions(pair("sg-peered", None, None, Some("pcx-1")))
+            .ip_permissions(pair("sg-other-account", Some("222"), None, None))
+            .ip_permissions(pair("sg-other-vpc", None, Some("vpc-2"), None))
+            .ip_permissions(cidr("kubernetes.io/rule/nlb/client=agone"))
+            .ip_permissions(cidr("kubernetes.io/rule/nlb/health=aalive"))
+            .ip_permissions(cidr("kubernetes.io/rule/nlb/mtu=awanted"))
+            .ip_permissions(cidr("kubernetes.io/rule/nlb/mtu"))
+            .ip_permissions(cidr("somebody else's rule"))
+            .build();
+        let vpc_groups = BTreeSet::from(["sg-nodes".to_string(), "sg-alive".to_string()]);
+        let existing = BTreeSet::from(["aalive".to_string()]);
+        let wanted = BTreeSet::from(["awanted".to_string()]);
+        let found: Vec<(String, String)> =
+            AwsCloud::orphan_rules(&g, "vpc-1", &vpc_groups, &existing, &wanted)
+                .into_iter()
+                .map(|o| (o.id, o.owner))
+                .collect();
+        assert_eq!(
+            found,
+            [
+                ("sg-nodes/sg-gone".to_string(), "group/sg-gone".to_string()),
+                ("sg-nodes/nlb=agone".to_string(), "nlb/agone".to_string()),
+            ]
+        );
     }
 }
