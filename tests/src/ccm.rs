@@ -3,7 +3,7 @@
 
 use std::{path::Path, time::Duration};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use nix::sys::signal::Signal;
 
 use crate::{
@@ -153,22 +153,13 @@ impl CcmProcess {
         Ok((r.status().as_u16(), r.text().await?))
     }
 
-    /// The `/metrics` text. A failed scrape is tried again (3 attempts, 0.5 s apart): under
-    /// the load of a CI run the delegated authentication of one scrape can time out, and a
-    /// metric read as 0 then failed a test that had nothing to do with it.
+    /// The `/metrics` text.
     pub async fn metrics(&self) -> Result<String> {
-        let mut last = None;
-        for attempt in 0..3 {
-            if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            match self.get("/metrics").await {
-                Ok((200, body)) => return Ok(body),
-                Ok((status, _)) => last = Some(anyhow::anyhow!("/metrics answered {status}")),
-                Err(e) => last = Some(e),
-            }
+        let (status, body) = self.get("/metrics").await?;
+        if status != 200 {
+            bail!("/metrics answered {status}");
         }
-        Err(last.unwrap_or_else(|| anyhow::anyhow!("/metrics was not scraped")))
+        Ok(body)
     }
 
     /// Whether `/metrics` says this process leads `lease` (`leader_election_master_status`).

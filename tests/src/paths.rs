@@ -1,7 +1,7 @@
 //! Where the test servers and the workspace's own binaries are.
 
 use std::{
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::Command,
     sync::{Mutex, OnceLock},
 };
@@ -43,9 +43,13 @@ pub fn test_bin(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// The workspace root.
+/// The workspace root. `CARGO_MANIFEST_DIR` is read when the test runs (cargo and nextest set
+/// it) before the compile-time value: a build cache shared by checkouts at other paths can
+/// hold a test binary, still fresh by its sources' times, compiled in another checkout.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
         .parent()
         .expect("tests/ has a parent")
         .to_path_buf()

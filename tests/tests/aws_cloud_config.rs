@@ -23,7 +23,7 @@ use rcp_e2e::{
 const T: Duration = Duration::from_secs(60);
 
 fn corpus_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/aws-cloud-config")
+    rcp_e2e::paths::workspace_root().join("tests/testdata/aws-cloud-config")
 }
 
 /// The corpus files, sorted.

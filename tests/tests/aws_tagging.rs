@@ -215,11 +215,15 @@ async fn instances_of_nodes_are_tagged_a_failing_create_tags_is_retried_and_dele
     );
     // The remaining Node keeps its tags.
     assert!(has_user_tags(&instance_tags(&moto, &failing.id).await?));
-    assert!(
-        ccm.metric_value("cloudprovider_aws_api_request_duration_seconds_count{request=\"delete_tags\"}")
+    // moto applies a DeleteTags before the CCM has its answer and counts the call: wait for
+    // the count rather than read it once (it read 1 under CI load).
+    wait_for("two DeleteTags calls counted", T, || async {
+        (ccm.metric_value("cloudprovider_aws_api_request_duration_seconds_count{request=\"delete_tags\"}")
             .await
-            >= 2.0
-    );
+            >= 2.0)
+            .then_some(())
+    })
+    .await?;
     Ok(())
 }
 

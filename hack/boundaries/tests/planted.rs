@@ -857,8 +857,13 @@ fn an_sdk_claimed_by_two_providers_fails() {
     );
 }
 
+/// The repository root. `CARGO_MANIFEST_DIR` is read when the test runs (cargo and nextest set
+/// it) before the compile-time value: a build cache shared by checkouts at other paths can
+/// hold a test binary, still fresh by its sources' times, compiled in another checkout.
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
         .join("../..")
         .canonicalize()
         .unwrap()

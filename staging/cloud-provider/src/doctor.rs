@@ -92,6 +92,86 @@ pub fn exit_code(checks: &[Check]) -> u8 {
     u8::try_from(checks.iter().filter(|c| c.outcome == Outcome::Fail).count()).unwrap_or(u8::MAX)
 }
 
+/// The flags of every provider's `doctor` command: the CCM's access flags and the namespace
+/// of its leader-election Lease.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DoctorFlags {
+    /// Cluster and cloud access.
+    #[command(flatten)]
+    pub access: crate::app::ClusterAccessFlags,
+    /// The namespace of the leader-election Lease (the CCM's --leader-elect-resource-namespace).
+    #[arg(long = "leader-elect-resource-namespace", default_value = "kube-system")]
+    pub lease_namespace: String,
+}
+
+/// What the cluster half of a `doctor` found: its checks (API server, RBAC), and the Nodes to
+/// look up in the cloud (none when the API server could not be reached).
+#[derive(Default)]
+pub struct ClusterFindings {
+    /// The API server and RBAC checks.
+    pub checks: Vec<Check>,
+    /// A client with the CCM's credentials (for a provider that reads a Secret).
+    pub client: Option<Client>,
+    /// Every Node of the cluster.
+    pub nodes: Vec<k8s_openapi::api::core::v1::Node>,
+}
+
+impl std::fmt::Debug for ClusterFindings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterFindings")
+            .field("checks", &self.checks)
+            .field("nodes", &self.nodes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The cluster half of a provider's `doctor`: a client from `flags` (user agent `user_agent`),
+/// the API server and RBAC checks of [`CONTROLLER_MANAGER_ACCESS`], and the Nodes.
+pub async fn cluster_findings(flags: &DoctorFlags, user_agent: &str) -> ClusterFindings {
+    let mut found = ClusterFindings::default();
+    match flags.access.kube_client(user_agent).await {
+        Ok(client) => {
+            found
+                .checks
+                .extend(rbac_checks(&client, CONTROLLER_MANAGER_ACCESS, &flags.lease_namespace).await);
+            if let Ok(list) = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+                .list(&ListParams::default())
+                .await
+            {
+                found.nodes = list.items;
+            }
+            found.client = Some(client);
+        }
+        Err(e) => found.checks.push(Check::fail(
+            "api server",
+            format!("{e} (fix: --kubeconfig / --master)"),
+        )),
+    }
+    found
+}
+
+/// Runs a provider's `doctor` for the command line `matches`: parses [`DoctorFlags`], runs
+/// `checks`, prints the table and a summary line; the exit code is the number of failures.
+pub async fn run_command<F, Fut>(matches: clap::ArgMatches, checks: F) -> std::process::ExitCode
+where
+    F: FnOnce(DoctorFlags) -> Fut,
+    Fut: std::future::Future<Output = Vec<Check>>,
+{
+    use clap::FromArgMatches as _;
+    let flags = match DoctorFlags::from_arg_matches(&matches) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let checks = checks(flags).await;
+    print!("{}", table(&checks));
+    let failures = exit_code(&checks);
+    println!("{} check(s), {failures} failure(s).", checks.len());
+    std::process::ExitCode::from(failures)
+}
+
 /// `(API group, resource, verb)` of every request the framework's controllers, leader election
 /// and secure port make (`deploy/common/rbac.yaml`).
 pub const CONTROLLER_MANAGER_ACCESS: &[(&str, &str, &str)] = &[
