@@ -14,6 +14,7 @@
 //! The servers are installed by `hack/install-test-deps.sh`; see [`paths`].
 
 pub mod aws_chaos;
+pub mod bench;
 pub mod ccm;
 pub mod cluster;
 pub mod fault_proxy;

@@ -524,3 +524,16 @@ pub struct Instance {
     /// e.g. `running`.
     pub state: String,
 }
+
+impl Instance {
+    /// `aws:///<zone>/<id>`: the provider ID the cloud-node controller gives its Node.
+    pub fn provider_id(&self) -> String {
+        format!("aws:///{}/{}", self.zone, self.id)
+    }
+
+    /// This instance's Node as after the cloud-node controller: named by the private DNS name,
+    /// with the provider ID, no taint.
+    pub fn node(&self) -> k8s_openapi::api::core::v1::Node {
+        crate::k8s::node_with_provider_id(&self.private_dns_name, &self.provider_id())
+    }
+}

@@ -16,7 +16,8 @@ use kube::{
 use rcp_e2e::{
     Moto, TestCluster,
     ccm::CcmProcess,
-    k8s::{initialised, set_ready, tainted_node, wait_for},
+    fault_proxy::{Action, FaultProxy, Rule},
+    k8s::{events_for, initialised, set_ready, tainted_node, wait_for},
     moto::{Instance, World},
 };
 
@@ -337,6 +338,107 @@ async fn routes_point_pod_cidrs_at_instances_and_follow_node_deletion() -> Resul
             .iter()
             .any(|r| r.destination_cidr_block() == Some("0.0.0.0/0") && r.gateway_id().is_some()),
         "the internet route is left alone"
+    );
+    Ok(())
+}
+
+/// A lost answer to a `CreateRoute` (the proxy forwards it to moto, then answers 500): the SDK's
+/// retry is told `RouteAlreadyExists`, the route is found pointing at the asked instance, and
+/// that is success — the Node's `NetworkUnavailable` is `False` after the first pass, no
+/// `FailedToCreateRoute`. And the burst describes the table only to discover it, to list the
+/// routes and for that one answer (upstream: once more per route created).
+#[tokio::test]
+async fn a_lost_create_route_answer_is_success_and_a_burst_describes_the_table_once() -> Result<()> {
+    let env = env(3).await?;
+    // The Nodes (initialised, with pod CIDRs) exist before the CCM starts, so that its first
+    // route pass sees all three; the period is long enough that it is the only one.
+    for (idx, i) in env.world.instances.iter().enumerate() {
+        let mut n = i.node();
+        let cidr = format!("10.244.{}.0/24", idx + 1);
+        n.spec = Some(NodeSpec {
+            pod_cidr: Some(cidr.clone()),
+            pod_cidrs: Some(vec![cidr]),
+            ..n.spec.unwrap_or_default()
+        });
+        env.nodes.create(&PostParams::default(), &n).await?;
+    }
+    let proxy = FaultProxy::start(env.moto.endpoint()).await?;
+    proxy.add(
+        Rule::new(
+            &["Action=CreateRoute"],
+            Action::LoseAnswer {
+                status: 500,
+                body: "<Response><Errors><Error><Code>InternalError</Code><Message>lost</Message></Error></Errors><RequestID>fault</RequestID></Response>".into(),
+            },
+        )
+        .times(1),
+    );
+    let config = env.cluster.dir().join("routes-lost-cloud.conf");
+    std::fs::write(
+        &config,
+        env.moto
+            .cloud_config(&env.world)
+            .replace(env.moto.endpoint(), &format!("http://127.0.0.1:{}", proxy.port())),
+    )?;
+    let ccm = CcmProcess::start_with_env(
+        BIN,
+        "ccm-aws-routes-lost",
+        &env.cluster.ccm_kubeconfig("aws/base")?,
+        env.cluster.dir(),
+        &[
+            format!("--cloud-config={}", config.display()),
+            "--leader-elect=false".into(),
+            "--controllers=*,route".into(),
+            "--configure-cloud-routes=true".into(),
+            "--cluster-cidr=10.244.0.0/16".into(),
+            "--route-reconciliation-period=10m".into(),
+        ],
+        &env.moto.sdk_env(),
+    )?;
+    let names = env.world.node_names();
+    wait_for(
+        "NetworkUnavailable=False on every Node after one pass",
+        T,
+        || async {
+            for name in &names {
+                let n = env.nodes.get(name).await.ok()?;
+                let created = n.status?.conditions?.iter().any(|c| {
+                    c.type_ == "NetworkUnavailable"
+                        && c.status == "False"
+                        && c.reason.as_deref() == Some("RouteCreated")
+                });
+                if !created {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await?;
+    assert_eq!(proxy.faulted(), 1, "one CreateRoute answer was lost");
+    let creates = env
+        .moto
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with("Action=CreateRoute&") && r.contains("InstanceId="))
+        .count();
+    assert_eq!(creates, 4, "three routes, one of them sent twice");
+    let client = env.cluster.client().await?;
+    for name in &names {
+        let events = events_for(&client, "default", name).await?;
+        assert!(
+            !events.iter().any(|(reason, ..)| reason == "FailedToCreateRoute"),
+            "{name}: {events:?}"
+        );
+    }
+    let describes = ccm
+        .metric_value(
+            "cloudprovider_aws_api_request_duration_seconds_count{request=\"describe_route_tables\"}",
+        )
+        .await;
+    assert_eq!(
+        describes, 3.0,
+        "discovery, the pass's listing and the lost answer's check; none per route"
     );
     Ok(())
 }

@@ -58,12 +58,7 @@ async fn doctor_passes_on_a_good_world_and_names_each_problem() -> Result<()> {
     let client = cluster.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
     for i in &world.instances {
-        nodes
-            .create(
-                &PostParams::default(),
-                &node_with_provider_id(&i.private_dns_name, &format!("aws:///{}/{}", i.zone, i.id)),
-            )
-            .await?;
+        nodes.create(&PostParams::default(), &i.node()).await?;
     }
     let args = vec![
         format!("--cloud-config={}", config.display()),

@@ -93,14 +93,8 @@ async fn shadow_mode_writes_nothing_and_announces_what_the_normal_mode_then_does
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
 
     // The world.
-    let pid = |i: &rcp_e2e::moto::Instance| format!("aws:///{}/{}", i.zone, i.id);
     for instance in &world.instances[..2] {
-        nodes
-            .create(
-                &PostParams::default(),
-                &node_with_provider_id(&instance.private_dns_name, &pid(instance)),
-            )
-            .await?;
+        nodes.create(&PostParams::default(), &instance.node()).await?;
     }
     let tainted: Vec<String> = world.instances[2..]
         .iter()
@@ -117,7 +111,7 @@ async fn shadow_mode_writes_nothing_and_announces_what_the_normal_mode_then_does
         .instance_ids(&doomed.id)
         .send()
         .await?;
-    let gone = excluded(node_with_provider_id("terminated-node", &pid(&doomed)));
+    let gone = excluded(node_with_provider_id("terminated-node", &doomed.provider_id()));
     nodes.create(&PostParams::default(), &gone).await?;
     for (name, annotations) in [("web", vec![]), ("web-nlb", vec![("type", "nlb")])] {
         services
@@ -320,12 +314,7 @@ async fn shadow_mode_stops_a_provider_controllers_cloud_writes() -> Result<()> {
     let client = cluster.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
     for i in &world.instances {
-        nodes
-            .create(
-                &PostParams::default(),
-                &node_with_provider_id(&i.private_dns_name, &format!("aws:///{}/{}", i.zone, i.id)),
-            )
-            .await?;
+        nodes.create(&PostParams::default(), &i.node()).await?;
     }
     let moto_before = moto.actions().len();
     let mut ccm = CcmProcess::start_with_env(

@@ -17,7 +17,7 @@ use rcp_e2e::{
     Moto, TestCluster,
     ccm::{CcmProcess, run_to_exit},
     fault_proxy::{Action, FaultProxy, Rule, aws_error_body},
-    k8s::{node_with_provider_id, register_tainted_nodes, wait_for},
+    k8s::{register_tainted_nodes, wait_for},
 };
 
 const T: Duration = Duration::from_secs(90);
@@ -238,12 +238,7 @@ async fn batching_tags_several_nodes_in_one_call() -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     // Nodes that exist before the controller starts are all queued at once.
     for i in &world.instances {
-        nodes
-            .create(
-                &PostParams::default(),
-                &node_with_provider_id(&i.private_dns_name, &format!("aws:///{}/{}", i.zone, i.id)),
-            )
-            .await?;
+        nodes.create(&PostParams::default(), &i.node()).await?;
     }
     let ccm = CcmProcess::start_with_env(
         "cloud-controller-manager-aws",

@@ -9,10 +9,7 @@
 //!     [-- <extra CCM flags, e.g. --concurrent-service-syncs=5>]
 //! ```
 
-use std::{
-    collections::BTreeMap,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -22,13 +19,13 @@ use kube::{
 };
 use rcp_e2e::{
     Moto, TestCluster,
+    bench::{aws_calls, describe_flags, print_calls, print_process_figures},
     ccm::CcmProcess,
     k8s::{ingress_hostname, load_balancer_service, register_tainted_nodes, wait_for},
 };
 
 /// Time allowed for each phase before the benchmark gives up.
 const PHASE_LIMIT: Duration = Duration::from_secs(900);
-const METRIC: &str = "cloudprovider_aws_api_request_duration_seconds_count";
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -74,7 +71,7 @@ async fn main() -> Result<()> {
     let client = cluster.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
     register_tainted_nodes(&nodes, &world.node_names(), Some(PHASE_LIMIT)).await?;
-    let before = calls(&ccm).await?;
+    let before = aws_calls(&ccm).await?;
 
     let services: Api<Service> = Api::namespaced(client, "default");
     let names: Vec<String> = (0..services_wanted).map(|i| format!("bench-{i}")).collect();
@@ -102,7 +99,7 @@ async fn main() -> Result<()> {
     })
     .await?;
     let provisioned = start.elapsed();
-    let after_create = calls(&ccm).await?;
+    let after_create = aws_calls(&ccm).await?;
 
     let start = Instant::now();
     for n in &names {
@@ -126,75 +123,26 @@ async fn main() -> Result<()> {
     })
     .await?;
     let deleted = start.elapsed();
-    let after_delete = calls(&ccm).await?;
+    let after_delete = aws_calls(&ccm).await?;
 
     println!(
         "== bench-aws-lb: {services_wanted} {lb_type} Services (2 ports each), {nodes_wanted} nodes, CCM flags: {}",
-        if extra.is_empty() {
-            "(defaults)".into()
-        } else {
-            extra.join(" ")
-        }
+        describe_flags(&extra)
     );
     println!(
         "all {services_wanted} Services had an ingress hostname {provisioned:.2?} after the first create"
     );
-    print_calls("provisioning", &before, &after_create, services_wanted);
+    print_calls("provisioning", &before, &after_create, services_wanted, "Service");
     println!(
         "all {services_wanted} Services (and their load balancers) gone {deleted:.2?} after the first delete"
     );
-    print_calls("deletion", &after_create, &after_delete, services_wanted);
-    if let Some(kb) = ccm.peak_rss_kb() {
-        println!("CCM peak RSS (VmHWM): {:.1} MB", kb as f64 / 1024.0);
-    }
+    print_calls(
+        "deletion",
+        &after_create,
+        &after_delete,
+        services_wanted,
+        "Service",
+    );
+    print_process_figures(&ccm);
     Ok(())
-}
-
-/// AWS calls by operation label so far, from the CCM's metrics.
-async fn calls(ccm: &CcmProcess) -> Result<BTreeMap<String, f64>> {
-    let metrics = ccm.metrics().await?;
-    let mut out = BTreeMap::new();
-    for line in metrics.lines().filter(|l| l.starts_with(METRIC)) {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Some(op) = series
-            .split("request=\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-        else {
-            continue;
-        };
-        out.insert(op.to_string(), value.parse().unwrap_or(0.0));
-    }
-    Ok(out)
-}
-
-/// Prints the calls made between two snapshots, grouped by API (ELB, ELBv2, EC2).
-fn print_calls(phase: &str, before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, services: usize) {
-    let mut by_api: BTreeMap<&str, Vec<(&str, f64)>> = BTreeMap::new();
-    for (op, total) in after {
-        let n = total - before.get(op).copied().unwrap_or(0.0);
-        if n <= 0.0 {
-            continue;
-        }
-        let api = if op.starts_with("elbv2_") {
-            "ELBv2"
-        } else if op.starts_with("elb_") {
-            "ELB"
-        } else {
-            "EC2"
-        };
-        by_api.entry(api).or_default().push((op, n));
-    }
-    for (api, ops) in &by_api {
-        let sum: f64 = ops.iter().map(|(_, n)| n).sum();
-        println!(
-            "  {phase}: {api} calls {sum} ({:.1} per Service)",
-            sum / services as f64
-        );
-        for (op, n) in ops {
-            println!("    {op}: {n}");
-        }
-    }
 }

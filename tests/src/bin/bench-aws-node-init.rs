@@ -1,9 +1,12 @@
 //! Benchmark (not a test): initialise N tainted Nodes with `cloud-controller-manager-aws`
 //! against a real kube-apiserver and moto, and print the wall time, the EC2 calls by operation
-//! (from the CCM's own metrics) and the CCM's peak RSS.
+//! (from the CCM's own metrics), the CCM's CPU seconds and peak RSS; then, with
+//! `--idle-minutes M`, mark every Node Ready (as kubelet would) and print the EC2 calls per
+//! minute of the steady state that follows (the periodic address sync, the lifecycle checks).
 //!
 //! ```text
-//! cargo run -p rcp-e2e --bin bench-aws-node-init -- [--nodes 1000] [-- <extra CCM flags>]
+//! cargo run -p rcp-e2e --bin bench-aws-node-init -- [--nodes 1000] [--idle-minutes 0]
+//!     [-- <extra CCM flags>]
 //! ```
 
 use std::time::{Duration, Instant};
@@ -15,16 +18,28 @@ use k8s_cloud_provider::{
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, api::PostParams};
-use rcp_e2e::{Moto, TestCluster, ccm::CcmProcess, k8s::tainted_node};
+use rcp_e2e::{
+    Moto, TestCluster,
+    bench::{aws_calls, describe_flags, print_calls, print_process_figures},
+    ccm::CcmProcess,
+    k8s::{set_ready, tainted_node},
+};
+
+/// Nodes created (or marked Ready) at once.
+const CHUNK: usize = 50;
 
 #[tokio::main]
 async fn main() -> Result<()> {
     let mut nodes_wanted = 1000usize;
+    let mut idle_minutes = 0u64;
     let mut extra: Vec<String> = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--nodes" => nodes_wanted = args.next().context("--nodes needs a value")?.parse()?,
+            "--idle-minutes" => {
+                idle_minutes = args.next().context("--idle-minutes needs a value")?.parse()?
+            }
             "--" => extra.extend(args.by_ref()),
             other => anyhow::bail!("unknown argument {other:?}"),
         }
@@ -59,7 +74,7 @@ async fn main() -> Result<()> {
     }
     let nodes: Api<Node> = Api::all(cluster.client().await?);
     let start = Instant::now();
-    for chunk in world.instances.chunks(50) {
+    for chunk in world.instances.chunks(CHUNK) {
         futures::future::try_join_all(chunk.iter().map(|i| {
             let nodes = nodes.clone();
             async move {
@@ -81,38 +96,56 @@ async fn main() -> Result<()> {
         if done == nodes_wanted {
             break;
         }
-        if start.elapsed() > Duration::from_secs(1800) {
-            anyhow::bail!("only {done} of {nodes_wanted} nodes initialised after 30 min");
+        if start.elapsed() > Duration::from_secs(3600) {
+            anyhow::bail!("only {done} of {nodes_wanted} nodes initialised after 60 min");
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        // A list of 5000 Nodes is ~10 MB for the API server: poll less often at that size.
+        tokio::time::sleep(Duration::from_millis(if nodes_wanted > 1000 {
+            1000
+        } else {
+            250
+        }))
+        .await;
     }
     let wall = start.elapsed();
-    let metrics = ccm.metrics().await?;
+    let after_init = aws_calls(&ccm).await?;
     println!(
         "== bench-aws-node-init: {nodes_wanted} nodes, CCM flags: {}",
-        if extra.is_empty() {
-            "(defaults)".into()
-        } else {
-            extra.join(" ")
-        }
+        describe_flags(&extra)
     );
     println!("nodes created in {created:.2?}; all initialised {wall:.2?} after the first create");
-    let mut total = 0.0;
-    for line in metrics
-        .lines()
-        .filter(|l| l.starts_with("cloudprovider_aws_api_request_duration_seconds_count"))
-    {
-        let (name, value) = line.rsplit_once(' ').unwrap_or((line, "0"));
-        let v: f64 = value.parse().unwrap_or(0.0);
-        total += v;
-        println!("  EC2 {name}: {v}");
-    }
-    println!(
-        "EC2 calls in total: {total} ({:.4} per node)",
-        total / nodes_wanted as f64
+    print_calls(
+        "initialisation",
+        &Default::default(),
+        &after_init,
+        nodes_wanted,
+        "node",
     );
-    if let Some(kb) = ccm.peak_rss_kb() {
-        println!("CCM peak RSS (VmHWM): {:.1} MB", kb as f64 / 1024.0);
+    print_process_figures(&ccm);
+
+    if idle_minutes > 0 {
+        let t = Instant::now();
+        for chunk in world.instances.chunks(CHUNK) {
+            futures::future::try_join_all(
+                chunk
+                    .iter()
+                    .map(|i| set_ready(&nodes, &i.private_dns_name, "True")),
+            )
+            .await?;
+        }
+        eprintln!("{nodes_wanted} Nodes marked Ready in {:.1?}", t.elapsed());
+        let before = aws_calls(&ccm).await?;
+        let idle = Duration::from_secs(idle_minutes * 60);
+        tokio::time::sleep(idle).await;
+        let after = aws_calls(&ccm).await?;
+        println!("steady state, {nodes_wanted} Ready Nodes, {idle_minutes} min:");
+        let total = print_calls("steady state", &before, &after, nodes_wanted, "node");
+        println!(
+            "steady state: {:.1} EC2 calls per minute ({:.4} per node per minute)",
+            total / idle_minutes as f64,
+            total / idle_minutes as f64 / nodes_wanted as f64
+        );
+        print_process_figures(&ccm);
     }
     Ok(())
 }

@@ -7,15 +7,20 @@
 //!   is a blackhole; other targets (gateways, NAT, …) are not listed, so the route controller
 //!   never touches them. A route to an instance EC2 does not know is left out too (upstream
 //!   does the same), never reported as a blackhole to be deleted.
-//! - `CreateRoute` turns the instance's source/destination check off (when it is on), replaces
-//!   a blackhole route for the same CIDR, and creates the route.
+//! - `CreateRoute` turns the instance's source/destination check off (when it is on) and
+//!   creates the route; only when EC2 answers `RouteAlreadyExists` is the table described: a
+//!   blackhole route for the CIDR is replaced (as upstream), a route to the same instance is
+//!   success. Deliberate difference: upstream describes the whole table before every create,
+//!   so a burst of N routes costs N describes of up to N routes each.
 
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{Filter, RouteState};
 use k8s_cloud_provider::{CloudError, CloudResult, Route, Routes, node::helpers::provider_id};
 
 use crate::{
-    AwsCloud, cloud_error,
+    AwsCloud,
+    api::AwsError,
+    cloud_error,
     instances::{NodeKey, instance_id_from_provider_id},
 };
 
@@ -130,6 +135,38 @@ impl AwsCloud {
     }
 }
 
+impl AwsCloud {
+    async fn create_instance_route(
+        &self,
+        table_id: &str,
+        cidr: &str,
+        instance_id: &str,
+    ) -> Result<(), AwsError> {
+        self.api
+            .call(
+                "create_route",
+                self.ec2
+                    .create_route()
+                    .route_table_id(table_id)
+                    .destination_cidr_block(cidr)
+                    .instance_id(instance_id)
+                    .send(),
+            )
+            .await
+            .map(|_| ())
+    }
+}
+
+fn route_create_error(table_id: &str, route: &Route, instance_id: &str, e: AwsError) -> CloudError {
+    cloud_error(
+        format!(
+            "creating route {} → {instance_id} in {table_id}",
+            route.destination_cidr
+        ),
+        e,
+    )
+}
+
 #[async_trait]
 impl Routes for AwsCloud {
     async fn list_routes(&self, cluster_name: &str) -> CloudResult<Vec<Route>> {
@@ -216,50 +253,61 @@ impl Routes for AwsCloud {
                 })?;
             self.instances.invalidate(&NodeKey::Id(instance.id.clone()));
         }
-        let existing = self.describe_table(&table_id).await?;
-        let blackholed = existing.iter().flat_map(|t| t.routes()).any(|r| {
-            r.destination_cidr_block() == Some(route.destination_cidr.as_str())
-                && r.state() == Some(&RouteState::Blackhole)
-        });
-        if blackholed {
-            self.api
-                .call(
-                    "delete_route",
-                    self.ec2
-                        .delete_route()
-                        .route_table_id(&table_id)
-                        .destination_cidr_block(&route.destination_cidr)
-                        .send(),
-                )
-                .await
-                .map_err(|e| {
-                    cloud_error(
-                        format!("deleting the blackhole route {}", route.destination_cidr),
-                        e,
-                    )
-                })?;
+        // The route is created first; the table is described only when EC2 says a route for
+        // the CIDR exists (upstream describes the table before every create: one
+        // DescribeRouteTables of every route per route, quadratic in the Nodes).
+        let created = self
+            .create_instance_route(&table_id, &route.destination_cidr, &instance.id)
+            .await;
+        let Err(e) = created else {
+            return Ok(());
+        };
+        if e.code.as_deref() != Some("RouteAlreadyExists") {
+            return Err(route_create_error(&table_id, route, &instance.id, e));
         }
-        self.api
-            .call(
-                "create_route",
-                self.ec2
-                    .create_route()
-                    .route_table_id(&table_id)
-                    .destination_cidr_block(&route.destination_cidr)
-                    .instance_id(&instance.id)
-                    .send(),
-            )
-            .await
-            .map_err(|e| {
-                cloud_error(
-                    format!(
-                        "creating route {} → {} in {table_id}",
-                        route.destination_cidr, instance.id
-                    ),
-                    e,
-                )
-            })?;
-        Ok(())
+        // A route for the CIDR exists: a blackhole (its instance is gone) is replaced, as
+        // upstream; a route to the same instance is what was asked for; any other is left alone
+        // (the route controller deletes it first if it is its own).
+        let existing = self.describe_table(&table_id).await?;
+        let current = existing
+            .iter()
+            .flat_map(|t| t.routes())
+            .find(|r| r.destination_cidr_block() == Some(route.destination_cidr.as_str()));
+        match current {
+            Some(r)
+                if r.instance_id() == Some(instance.id.as_str())
+                    && r.state() != Some(&RouteState::Blackhole) =>
+            {
+                Ok(())
+            }
+            Some(r) if r.state() == Some(&RouteState::Blackhole) => {
+                self.api
+                    .call(
+                        "delete_route",
+                        self.ec2
+                            .delete_route()
+                            .route_table_id(&table_id)
+                            .destination_cidr_block(&route.destination_cidr)
+                            .send(),
+                    )
+                    .await
+                    .map_err(|e| {
+                        cloud_error(
+                            format!("deleting the blackhole route {}", route.destination_cidr),
+                            e,
+                        )
+                    })?;
+                self.create_instance_route(&table_id, &route.destination_cidr, &instance.id)
+                    .await
+                    .map_err(|e| route_create_error(&table_id, route, &instance.id, e))
+            }
+            // Gone since (deleted by the controller's own concurrent deletion): create it now.
+            None => self
+                .create_instance_route(&table_id, &route.destination_cidr, &instance.id)
+                .await
+                .map_err(|e| route_create_error(&table_id, route, &instance.id, e)),
+            Some(_) => Err(route_create_error(&table_id, route, &instance.id, e)),
+        }
     }
 
     async fn delete_route(&self, _cluster_name: &str, route: &Route) -> CloudResult<()> {
