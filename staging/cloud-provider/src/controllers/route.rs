@@ -4,6 +4,11 @@
 //!
 //! Only routes whose destination lies inside `--cluster-cidr` are ever deleted; routes outside
 //! are left alone. At most 200 cloud route operations are in flight at once.
+//!
+//! Deliberate difference (spec §5 step 6): a Node's `NetworkUnavailable` condition is written as
+//! soon as that Node's own routes are made, not after every route of the pass; the condition
+//! says the same, but in a burst of 1000 routes the conditions no longer wait for the last
+//! route (the writes overlap the cloud calls instead of following them).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -267,7 +272,7 @@ impl RouteController {
             }
         };
         let nodes = self.ctx.nodes.store().list();
-        let (mut actions, to_delete) = plan(&nodes, &routes, &self.ctx.config.cluster_cidrs);
+        let (actions, to_delete) = plan(&nodes, &routes, &self.ctx.config.cluster_cidrs);
 
         let deletions = futures::future::join_all(to_delete.into_iter().map(|r| self.delete_route(r)));
         let wait_for_deletions = routes.first().is_some_and(|r| r.enable_node_addresses);
@@ -275,35 +280,36 @@ impl RouteController {
             .iter()
             .map(|n| (n.metadata.name.clone().unwrap_or_default(), n.clone()))
             .collect();
-        let mut creates: Vec<(Arc<Node>, String)> = Vec::new();
-        for (name, cidrs) in &actions {
-            for (cidr, action) in cidrs {
-                if matches!(action, RouteAction::Add | RouteAction::Update)
-                    && let Some(n) = by_name.get(name)
-                {
-                    creates.push((n.clone(), cidr.clone()));
-                }
-            }
-        }
-        let creations = futures::future::join_all(creates.into_iter().map(|(n, c)| self.create_route(n, c)));
-        let results: Vec<(String, String, bool)> = if wait_for_deletions {
-            deletions.await;
-            creations.await
-        } else {
-            tokio::join!(deletions, creations).1
-        };
-        for (name, cidr, ok) in results {
-            if ok && let Some(a) = actions.get_mut(&name) {
-                a.insert(cidr, RouteAction::Keep);
-            }
-        }
-        let updates = actions.into_iter().filter_map(|(name, cidrs)| {
+        // Per Node: its missing routes, then its NetworkUnavailable condition as soon as they
+        // are made. Deliberate difference: upstream updates every Node's condition only after
+        // every route of the pass is made, so a burst's conditions wait for its slowest route.
+        let per_node = actions.into_iter().filter_map(|(name, cidrs)| {
             let node = by_name.get(&name)?.clone();
-            let created = !cidrs.is_empty() && cidrs.values().all(|a| *a == RouteAction::Keep);
-            Some(self.update_network_condition_logged(node, created))
+            Some(self.make_routes_of_node(node, cidrs))
         });
-        futures::future::join_all(updates).await;
+        let per_node = futures::future::join_all(per_node);
+        if wait_for_deletions {
+            deletions.await;
+            per_node.await;
+        } else {
+            tokio::join!(deletions, per_node);
+        }
         true
+    }
+
+    /// Creates the routes of `cidrs` that are missing or outdated for `node`, then records in
+    /// its `NetworkUnavailable` condition whether all of its routes exist.
+    async fn make_routes_of_node(&self, node: Arc<Node>, cidrs: BTreeMap<String, RouteAction>) {
+        let missing = cidrs
+            .iter()
+            .filter(|(_, action)| matches!(action, RouteAction::Add | RouteAction::Update))
+            .map(|(cidr, _)| self.create_route(node.clone(), cidr.clone()));
+        let all_created = futures::future::join_all(missing)
+            .await
+            .into_iter()
+            .all(|(_, _, ok)| ok);
+        let routes_created = !cidrs.is_empty() && all_created;
+        self.update_network_condition_logged(node, routes_created).await;
     }
 
     async fn delete_route(&self, route: Route) {
