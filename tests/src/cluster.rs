@@ -130,7 +130,7 @@ impl TestCluster {
             "--service-account-issuer=https://kubernetes.default.svc".into(),
             "--api-audiences=https://kubernetes.default.svc".into(),
             "--authorization-mode=RBAC".into(),
-            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--service-cluster-ip-range=10.0.0.0/20".into(),
             "--enable-priority-and-fairness=false".into(),
             "--max-requests-inflight=2000".into(),
             "--max-mutating-requests-inflight=1000".into(),
