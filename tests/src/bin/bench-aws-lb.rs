@@ -6,6 +6,7 @@
 //!
 //! ```text
 //! cargo run -p rcp-e2e --bin bench-aws-lb -- [--services 20] [--nodes 3] [--type clb|nlb]
+//!     [--shared-elb-security-group]
 //!     [-- <extra CCM flags, e.g. --concurrent-service-syncs=5>]
 //! ```
 
@@ -32,6 +33,7 @@ async fn main() -> Result<()> {
     let mut services_wanted = 20usize;
     let mut nodes_wanted = 3usize;
     let mut lb_type = "clb".to_string();
+    let mut shared_elb_group = false;
     let mut extra: Vec<String> = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -39,6 +41,7 @@ async fn main() -> Result<()> {
             "--services" => services_wanted = args.next().context("--services needs a value")?.parse()?,
             "--nodes" => nodes_wanted = args.next().context("--nodes needs a value")?.parse()?,
             "--type" => lb_type = args.next().context("--type needs clb or nlb")?,
+            "--shared-elb-security-group" => shared_elb_group = true,
             "--" => extra.extend(args.by_ref()),
             other => bail!("unknown argument {other:?}"),
         }
@@ -53,7 +56,24 @@ async fn main() -> Result<()> {
     let moto = Moto::start().await?;
     let world = moto.build_world("bench", nodes_wanted).await?;
     let config = cluster.dir().join("cloud.conf");
-    std::fs::write(&config, moto.cloud_config(&world))?;
+    let mut cloud_config = moto.cloud_config(&world);
+    if shared_elb_group {
+        // `[Global] ElbSecurityGroup`: one security group for every classic ELB, so the Nodes'
+        // group gets one rule instead of one per ELB (AWS allows 60 rules per group by default,
+        // and moto enforces it: without this, 500 classic ELBs cannot all be provisioned).
+        let group = moto
+            .ec2()
+            .create_security_group()
+            .group_name("bench-elbs")
+            .description("shared by every classic ELB of the benchmark")
+            .vpc_id(&world.vpc_id)
+            .send()
+            .await?;
+        let id = group.group_id().context("CreateSecurityGroup: no id")?;
+        cloud_config =
+            cloud_config.replacen("[Global]\n", &format!("[Global]\nElbSecurityGroup = {id}\n"), 1);
+    }
+    std::fs::write(&config, cloud_config)?;
     let mut ccm_args = vec![
         format!("--cloud-config={}", config.display()),
         "--leader-elect=false".to_string(),

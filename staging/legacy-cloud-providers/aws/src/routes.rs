@@ -155,6 +155,20 @@ impl AwsCloud {
             .await
             .map(|_| ())
     }
+
+    async fn delete_cidr_route(&self, table_id: &str, cidr: &str) -> Result<(), AwsError> {
+        self.api
+            .call(
+                "delete_route",
+                self.ec2
+                    .delete_route()
+                    .route_table_id(table_id)
+                    .destination_cidr_block(cidr)
+                    .send(),
+            )
+            .await
+            .map(|_| ())
+    }
 }
 
 fn route_create_error(table_id: &str, route: &Route, instance_id: &str, e: AwsError) -> CloudError {
@@ -273,61 +287,33 @@ impl Routes for AwsCloud {
             .iter()
             .flat_map(|t| t.routes())
             .find(|r| r.destination_cidr_block() == Some(route.destination_cidr.as_str()));
-        match current {
-            Some(r)
-                if r.instance_id() == Some(instance.id.as_str())
-                    && r.state() != Some(&RouteState::Blackhole) =>
-            {
-                Ok(())
-            }
-            Some(r) if r.state() == Some(&RouteState::Blackhole) => {
-                self.api
-                    .call(
-                        "delete_route",
-                        self.ec2
-                            .delete_route()
-                            .route_table_id(&table_id)
-                            .destination_cidr_block(&route.destination_cidr)
-                            .send(),
-                    )
-                    .await
-                    .map_err(|e| {
-                        cloud_error(
-                            format!("deleting the blackhole route {}", route.destination_cidr),
-                            e,
-                        )
-                    })?;
-                self.create_instance_route(&table_id, &route.destination_cidr, &instance.id)
-                    .await
-                    .map_err(|e| route_create_error(&table_id, route, &instance.id, e))
-            }
+        let cidr = route.destination_cidr.as_str();
+        let blackhole = match current {
+            Some(r) if r.state() == Some(&RouteState::Blackhole) => true,
+            Some(r) if r.instance_id() == Some(instance.id.as_str()) => return Ok(()),
+            Some(_) => return Err(route_create_error(&table_id, route, &instance.id, e)),
             // Gone since (deleted by the controller's own concurrent deletion): create it now.
-            None => self
-                .create_instance_route(&table_id, &route.destination_cidr, &instance.id)
+            None => false,
+        };
+        if blackhole {
+            self.delete_cidr_route(&table_id, cidr)
                 .await
-                .map_err(|e| route_create_error(&table_id, route, &instance.id, e)),
-            Some(_) => Err(route_create_error(&table_id, route, &instance.id, e)),
+                .map_err(|e| cloud_error(format!("deleting the blackhole route {cidr}"), e))?;
         }
+        self.create_instance_route(&table_id, cidr, &instance.id)
+            .await
+            .map_err(|e| route_create_error(&table_id, route, &instance.id, e))
     }
 
     async fn delete_route(&self, _cluster_name: &str, route: &Route) -> CloudResult<()> {
         let table_id = self.route_table_id().await?;
-        self.api
-            .call(
-                "delete_route",
-                self.ec2
-                    .delete_route()
-                    .route_table_id(&table_id)
-                    .destination_cidr_block(&route.destination_cidr)
-                    .send(),
-            )
+        self.delete_cidr_route(&table_id, &route.destination_cidr)
             .await
             .map_err(|e| {
                 cloud_error(
                     format!("deleting route {} from {table_id}", route.destination_cidr),
                     e,
                 )
-            })?;
-        Ok(())
+            })
     }
 }
