@@ -388,6 +388,29 @@ impl TestCluster {
         kubectl(&self.kubeconfig, args, None)
     }
 
+    /// Removes from the ClusterRole `role` the rule whose resources are exactly `[resource]`
+    /// (e.g. `services/status`), as an operator with a stale RBAC manifest would have it.
+    pub fn remove_cluster_role_rule(&self, role: &str, resource: &str) -> Result<()> {
+        let json: serde_json::Value =
+            serde_json::from_str(&self.kubectl(&["get", "clusterrole", role, "-o", "json"])?)?;
+        let index = json["rules"]
+            .as_array()
+            .and_then(|rules| {
+                rules
+                    .iter()
+                    .position(|r| r["resources"] == serde_json::json!([resource]))
+            })
+            .with_context(|| format!("ClusterRole {role} has no rule for exactly {resource}"))?;
+        self.kubectl(&[
+            "patch",
+            "clusterrole",
+            role,
+            "--type=json",
+            &format!("-p=[{{\"op\":\"remove\",\"path\":\"/rules/{index}\"}}]"),
+        ])?;
+        Ok(())
+    }
+
     /// Runs kubectl with `stdin` piped in (e.g. `apply -f -`).
     pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> Result<String> {
         kubectl(&self.kubeconfig, args, Some(stdin))

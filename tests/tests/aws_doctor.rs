@@ -110,28 +110,7 @@ async fn doctor_passes_on_a_good_world_and_names_each_problem() -> Result<()> {
         )
         .send()
         .await?;
-    let role = cluster.kubectl(&[
-        "get",
-        "clusterrole",
-        "system:cloud-controller-manager",
-        "-o",
-        "json",
-    ])?;
-    let role: serde_json::Value = serde_json::from_str(&role)?;
-    let index = role["rules"]
-        .as_array()
-        .and_then(|r| {
-            r.iter()
-                .position(|r| r["resources"] == serde_json::json!(["services/status"]))
-        })
-        .expect("the services/status rule");
-    cluster.kubectl(&[
-        "patch",
-        "clusterrole",
-        "system:cloud-controller-manager",
-        "--type=json",
-        &format!("-p=[{{\"op\":\"remove\",\"path\":\"/rules/{index}\"}}]"),
-    ])?;
+    cluster.remove_cluster_role_rule("system:cloud-controller-manager", "services/status")?;
     nodes
         .create(
             &PostParams::default(),
