@@ -280,9 +280,7 @@ impl RouteController {
             .iter()
             .map(|n| (n.metadata.name.clone().unwrap_or_default(), n.clone()))
             .collect();
-        // Per Node: its missing routes, then its NetworkUnavailable condition as soon as they
-        // are made. Deliberate difference: upstream updates every Node's condition only after
-        // every route of the pass is made, so a burst's conditions wait for its slowest route.
+        // Per Node: its missing routes, then its condition (see the module docs).
         let per_node = actions.into_iter().filter_map(|(name, cidrs)| {
             let node = by_name.get(&name)?.clone();
             Some(self.make_routes_of_node(node, cidrs))
@@ -307,7 +305,7 @@ impl RouteController {
         let all_created = futures::future::join_all(missing)
             .await
             .into_iter()
-            .all(|(_, _, ok)| ok);
+            .all(|created| created);
         let routes_created = !cidrs.is_empty() && all_created;
         self.update_network_condition_logged(node, routes_created).await;
     }
@@ -331,10 +329,12 @@ impl RouteController {
         }
     }
 
-    async fn create_route(&self, node: Arc<Node>, cidr: String) -> (String, String, bool) {
+    /// Creates the route of `cidr` to `node`; whether it was made (a failure is logged and
+    /// recorded as a `FailedToCreateRoute` event).
+    async fn create_route(&self, node: Arc<Node>, cidr: String) -> bool {
         let name = node.metadata.name.clone().unwrap_or_default();
         let Some(routes_api) = self.ctx.cloud.routes() else {
-            return (name, cidr, false);
+            return false;
         };
         let _permit = self.limiter.acquire().await;
         let name_hint = node.metadata.uid.clone().unwrap_or_default();
@@ -356,7 +356,7 @@ impl RouteController {
             )
             .await
         {
-            Ok(()) => (name, cidr, true),
+            Ok(()) => true,
             Err(e) => {
                 let msg = format!(
                     "Could not create route {name_hint} {cidr} for node {name} after {:?}: {e}",
@@ -369,7 +369,7 @@ impl RouteController {
                     events::FAILED_TO_CREATE_ROUTE,
                     msg,
                 );
-                (name, cidr, false)
+                false
             }
         }
     }
