@@ -7,20 +7,37 @@ use anyhow::Result;
 
 use crate::ccm::CcmProcess;
 
-/// The CCM's histogram of AWS requests; its `_count` series count the calls by operation.
-pub const AWS_CALLS_METRIC: &str = "cloudprovider_aws_api_request_duration_seconds_count";
+/// The CCM's histogram of AWS requests: its `_count` series count the calls by operation, its
+/// `_sum` series add up the seconds they took (SDK retries included).
+pub const AWS_CALLS_METRIC: &str = "cloudprovider_aws_api_request_duration_seconds";
+
+/// Calls of one AWS operation: how many, and the seconds they took in all.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CallStats {
+    /// Calls made.
+    pub count: f64,
+    /// Seconds spent waiting for their answers.
+    pub seconds: f64,
+}
 
 /// AWS calls by operation label (`describe_instances`, `elb_create_load_balancer`, …) so far.
-pub async fn aws_calls(ccm: &CcmProcess) -> Result<BTreeMap<String, f64>> {
+pub async fn aws_calls(ccm: &CcmProcess) -> Result<BTreeMap<String, CallStats>> {
     let metrics = ccm.metrics().await?;
     Ok(parse_aws_calls(&metrics))
 }
 
 /// [`aws_calls`] of a `/metrics` text.
-pub fn parse_aws_calls(metrics: &str) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::new();
-    for line in metrics.lines().filter(|l| l.starts_with(AWS_CALLS_METRIC)) {
-        let Some((series, value)) = line.rsplit_once(' ') else {
+pub fn parse_aws_calls(metrics: &str) -> BTreeMap<String, CallStats> {
+    let mut out: BTreeMap<String, CallStats> = BTreeMap::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix(AWS_CALLS_METRIC) else {
+            continue;
+        };
+        let is_count = rest.starts_with("_count{");
+        if !is_count && !rest.starts_with("_sum{") {
+            continue;
+        }
+        let Some((series, value)) = rest.rsplit_once(' ') else {
             continue;
         };
         let Some(op) = series
@@ -30,17 +47,33 @@ pub fn parse_aws_calls(metrics: &str) -> BTreeMap<String, f64> {
         else {
             continue;
         };
-        *out.entry(op.to_string()).or_insert(0.0) += value.parse().unwrap_or(0.0);
+        let value: f64 = value.parse().unwrap_or(0.0);
+        let stats = out.entry(op.to_string()).or_default();
+        if is_count {
+            stats.count += value;
+        } else {
+            stats.seconds += value;
+        }
     }
     out
 }
 
 /// The calls made between two snapshots of [`aws_calls`], by operation (only those made).
-pub fn calls_between(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+pub fn calls_between(
+    before: &BTreeMap<String, CallStats>,
+    after: &BTreeMap<String, CallStats>,
+) -> BTreeMap<String, CallStats> {
     after
         .iter()
-        .map(|(op, total)| (op.clone(), total - before.get(op).copied().unwrap_or(0.0)))
-        .filter(|(_, n)| *n > 0.0)
+        .map(|(op, total)| {
+            let earlier = before.get(op).copied().unwrap_or_default();
+            let made = CallStats {
+                count: total.count - earlier.count,
+                seconds: total.seconds - earlier.seconds,
+            };
+            (op.clone(), made)
+        })
+        .filter(|(_, made)| made.count > 0.0)
         .collect()
 }
 
@@ -56,28 +89,35 @@ pub fn api_of(operation: &str) -> &'static str {
 }
 
 /// Prints the calls made between two snapshots, grouped by API (ELB, ELBv2, EC2), with the
-/// count per `unit` (e.g. 500 Services) and returns their total.
+/// count per `unit` (e.g. 500 Services) and each operation's mean and total answer time (the
+/// time is summed over concurrent calls, so it shows where the cloud's time goes, not wall
+/// time), and returns their total count.
 pub fn print_calls(
     phase: &str,
-    before: &BTreeMap<String, f64>,
-    after: &BTreeMap<String, f64>,
+    before: &BTreeMap<String, CallStats>,
+    after: &BTreeMap<String, CallStats>,
     units: usize,
     unit: &str,
 ) -> f64 {
-    let mut by_api: BTreeMap<&str, Vec<(String, f64)>> = BTreeMap::new();
-    for (op, n) in calls_between(before, after) {
-        by_api.entry(api_of(&op)).or_default().push((op, n));
+    let mut by_api: BTreeMap<&str, Vec<(String, CallStats)>> = BTreeMap::new();
+    for (op, made) in calls_between(before, after) {
+        by_api.entry(api_of(&op)).or_default().push((op, made));
     }
     let mut total = 0.0;
     for (api, ops) in &by_api {
-        let sum: f64 = ops.iter().map(|(_, n)| n).sum();
+        let sum: f64 = ops.iter().map(|(_, s)| s.count).sum();
         total += sum;
         println!(
             "  {phase}: {api} calls {sum} ({:.3} per {unit})",
             sum / units.max(1) as f64
         );
-        for (op, n) in ops {
-            println!("    {op}: {n}");
+        for (op, s) in ops {
+            println!(
+                "    {op}: {} (mean {:.1} ms, {:.1} s in all)",
+                s.count,
+                1000.0 * s.seconds / s.count.max(1.0),
+                s.seconds
+            );
         }
     }
     if by_api.is_empty() {
@@ -140,11 +180,14 @@ mod tests {
         let after = parse_aws_calls(
             "# HELP x\ncloudprovider_aws_api_request_duration_seconds_count{request=\"describe_instances\"} 5\n\
              cloudprovider_aws_api_request_duration_seconds_count{request=\"create_route\"} 7\n\
-             cloudprovider_aws_api_request_duration_seconds_sum{request=\"create_route\"} 0.5\n",
+             cloudprovider_aws_api_request_duration_seconds_sum{request=\"create_route\"} 0.5\n\
+             cloudprovider_aws_api_request_duration_seconds_bucket{request=\"create_route\",le=\"1\"} 7\n",
         );
         let made = calls_between(&before, &after);
-        assert_eq!(made.get("describe_instances"), Some(&2.0));
-        assert_eq!(made.get("create_route"), Some(&7.0));
+        let count = |op: &str| made.get(op).map(|s| s.count);
+        assert_eq!(count("describe_instances"), Some(2.0));
+        assert_eq!(count("create_route"), Some(7.0));
+        assert_eq!(made["create_route"].seconds, 0.5);
         assert_eq!(made.len(), 2);
         assert_eq!(api_of("elbv2_create_load_balancer"), "ELBv2");
         assert_eq!(api_of("elb_create_load_balancer"), "ELB");

@@ -857,11 +857,13 @@ impl AwsCloud {
         {
             candidates.push(id.to_string());
         }
+        // The shared group of the cloud config and kept groups are never deleted: not even
+        // described.
+        candidates.retain(|id| *id != self.config.elb_security_group && !keep.contains(id));
         let mut doomed = Vec::new();
         for g in self.security_groups(&candidates).await? {
-            let id = g.group_id().unwrap_or_default().to_string();
             let tags = super::network::tags_of(&g);
-            if self.owned_by_cluster(&tags) && id != self.config.elb_security_group && !keep.contains(&id) {
+            if self.owned_by_cluster(&tags) {
                 doomed.push(g);
             }
         }

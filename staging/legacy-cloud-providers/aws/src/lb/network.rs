@@ -90,6 +90,15 @@ pub(crate) fn tags_of(group: &SecurityGroup) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Page sizes of [`AwsCloud::group_used_by_other_lb`]'s listings: small first pages (most
+/// answers are found there), then the API's maximum (400 for both ELB APIs).
+const USED_BY_OTHER_PAGE_SIZES: [i32; 3] = [5, 50, 400];
+
+/// The page size of page `page` (0-based) of [`AwsCloud::group_used_by_other_lb`].
+fn used_by_other_page_size(page: usize) -> i32 {
+    USED_BY_OTHER_PAGE_SIZES[page.min(USED_BY_OTHER_PAGE_SIZES.len() - 1)]
+}
+
 impl AwsCloud {
     pub(crate) fn cluster_tag_key(&self) -> String {
         format!("kubernetes.io/cluster/{}", self.cluster_id)
@@ -596,14 +605,24 @@ impl AwsCloud {
     }
 
     /// Whether a load balancer other than `name`, Classic or NLB, has `group` attached.
+    ///
+    /// The listing stops at the first page that shows one, and the pages grow
+    /// ([`USED_BY_OTHER_PAGE_SIZES`]): a Classic ELB's description carries every registered
+    /// instance, so with a shared group (`[Global] ElbSecurityGroup`) and 1000 Nodes a full page
+    /// of 400 descriptions is 400,000 instance entries, when the first few descriptions
+    /// usually answer the question already.
     pub(crate) async fn group_used_by_other_lb(&self, name: &str, group: &str) -> CloudResult<bool> {
         let mut marker = None;
-        loop {
+        for page in 0.. {
             let out = self
                 .api
                 .call(
                     "elb_describe_load_balancers",
-                    self.elb.describe_load_balancers().set_marker(marker).send(),
+                    self.elb
+                        .describe_load_balancers()
+                        .page_size(used_by_other_page_size(page))
+                        .set_marker(marker)
+                        .send(),
                 )
                 .await
                 .map_err(|e| cloud_error("listing classic ELBs", e))?;
@@ -618,12 +637,16 @@ impl AwsCloud {
             }
         }
         let mut marker = None;
-        loop {
+        for page in 0.. {
             let out = self
                 .api
                 .call(
                     "elbv2_describe_load_balancers",
-                    self.elbv2.describe_load_balancers().set_marker(marker).send(),
+                    self.elbv2
+                        .describe_load_balancers()
+                        .page_size(used_by_other_page_size(page))
+                        .set_marker(marker)
+                        .send(),
                 )
                 .await
                 .map_err(|e| cloud_error("listing NLBs", e))?;
@@ -634,9 +657,10 @@ impl AwsCloud {
             }
             marker = out.next_marker().filter(|m| !m.is_empty()).map(str::to_string);
             if marker.is_none() {
-                return Ok(false);
+                break;
             }
         }
+        Ok(false)
     }
 
     /// Revokes the rules of the cluster's groups that admit `lb_group`, the group through
