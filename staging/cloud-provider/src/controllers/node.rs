@@ -423,21 +423,21 @@ impl CloudNodeController {
     /// One run of the periodic address sync over every initialised Node.
     pub async fn update_node_status(&self) {
         let start = Instant::now();
-        let nodes: Vec<Arc<Node>> = self
-            .ctx
-            .nodes
-            .store()
-            .list()
-            .into_iter()
-            .filter(|n| !has_taint(n, TAINT_UNINITIALIZED))
-            .collect();
-        let count = nodes.len();
+        // Names, not Nodes: each Node is read from the informer when its turn comes, so that a
+        // long pass neither works on stale objects nor keeps the replaced ones in memory.
+        let store = self.ctx.nodes.store();
+        let names = store.keys();
+        let count = names.len();
         let workers = match self.ctx.config.concurrent_node_status_updates {
             0 => self.ctx.config.concurrent_node_syncs.max(1),
             n => n,
         };
-        futures::stream::iter(nodes)
-            .for_each_concurrent(workers, |node| async move {
+        let store = &store;
+        futures::stream::iter(names)
+            .for_each_concurrent(workers, |key| async move {
+                let Some(node) = store.get(&key).filter(|n| !has_taint(n, TAINT_UNINITIALIZED)) else {
+                    return;
+                };
                 let cloud = match self.instance_metadata(&node).await {
                     Ok(Some(m)) => m.node_addresses,
                     Ok(None) => return,
