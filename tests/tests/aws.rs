@@ -17,7 +17,7 @@ use rcp_e2e::{
     Moto, TestCluster,
     ccm::CcmProcess,
     fault_proxy::{Action, FaultProxy, Rule},
-    k8s::{events_for, initialised, set_ready, tainted_node, wait_for},
+    k8s::{events_for, initialised, node_with_provider_id, set_ready, tainted_node, wait_for},
     moto::{Instance, World},
 };
 
@@ -223,6 +223,57 @@ async fn stopped_instances_taint_terminated_ones_delete_and_a_failing_ec2_delete
         assert!(
             env.nodes.get_opt(n).await?.is_some(),
             "{n} must not be deleted while EC2 fails"
+        );
+    }
+    Ok(())
+}
+
+/// The instance IDs a query-protocol `DescribeInstances` body names (`InstanceId.N=…`).
+fn described_ids(body: &str) -> Vec<String> {
+    body.split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, _)| k.starts_with("InstanceId."))
+        .map(|(_, v)| v.to_string())
+        .collect()
+}
+
+/// The lifecycle controller asks about NotReady Nodes only, so its cache misses read ahead only
+/// those: with one NotReady Node among Ready ones, its `DescribeInstances` name that Node's
+/// instance and no other (before, every pass re-read every Node's instance once the 10-s cache
+/// age had passed: 5000 instances every 10 s for one NotReady Node at 5000 Nodes).
+#[tokio::test]
+async fn a_not_ready_node_among_ready_ones_costs_a_describe_of_its_own_instance_only() -> Result<()> {
+    let env = env(8).await?;
+    for i in &env.world.instances {
+        let node = node_with_provider_id(&i.private_dns_name, &i.provider_id());
+        env.nodes.create(&PostParams::default(), &node).await?;
+    }
+    let (not_ready, ready) = env.world.instances.split_first().expect("8 instances");
+    set_ready(&env.nodes, &not_ready.private_dns_name, "False").await?;
+    for i in ready {
+        set_ready(&env.nodes, &i.private_dns_name, "True").await?;
+    }
+    let _ccm = start_ccm(&env, "ccm-aws-read-ahead", &["--node-monitor-period=1s"])?;
+    // The start: the address sync reads every instance (one read-ahead). After the 10-s cache
+    // age only the lifecycle controller asks, every second, about the NotReady Node.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let from = env.moto.recorded().len();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let describes: Vec<Vec<String>> = env.moto.requests()[from..]
+        .iter()
+        .filter(|b| b.contains("Action=DescribeInstances"))
+        .map(|b| described_ids(b))
+        .collect();
+    println!("DescribeInstances in 12 s after the start: {describes:?}");
+    assert!(
+        !describes.is_empty(),
+        "the lifecycle controller asked about the NotReady Node's instance"
+    );
+    for ids in &describes {
+        assert_eq!(
+            ids,
+            &vec![not_ready.id.clone()],
+            "only the NotReady Node's instance"
         );
     }
     Ok(())

@@ -9,7 +9,10 @@
 //! five) per Node. Each look-up says how old a cached answer may be: existence and shutdown
 //! checks accept [`CACHE_TTL`] (10 s: a stopped or terminated instance is noticed at most 10 s
 //! late), instance metadata for initialisation and the address sync [`METADATA_MAX_AGE`]
-//! (60 s: a new address or type shows at most a minute late).
+//! (60 s: a new address or type shows at most a minute late). The existence and shutdown
+//! checks (the node-lifecycle controller's, which asks about NotReady Nodes only) read ahead
+//! only NotReady Nodes ([`ReadAhead::NotReadyNodes`]): otherwise one NotReady Node among 5000
+//! would re-read all 5000 instances every 10 s.
 //!
 //! A batch by ID fails as a whole when one ID is unknown (`InvalidInstanceID.NotFound`); the
 //! key that was asked for is then fetched alone, and recorded as "not found" only if EC2 says
@@ -23,7 +26,7 @@ use std::{
 };
 
 use aws_sdk_ec2::types::{Filter, Instance};
-use k8s_cloud_provider::node::helpers::{node_name, provider_id};
+use k8s_cloud_provider::node::helpers::{condition_status, node_name, provider_id};
 use k8s_controller_manager::informer::Store;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use parking_lot::{Mutex, RwLock};
@@ -37,6 +40,18 @@ use crate::{
 pub const CACHE_TTL: Duration = Duration::from_secs(10);
 /// How old a cached instance may be for metadata (type, zone, addresses).
 pub const METADATA_MAX_AGE: Duration = Duration::from_secs(60);
+/// Which other Nodes a cache miss reads ahead with the key asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadAhead {
+    /// Every Node of the informer whose entry is too old (initialisation, address sync,
+    /// routes, load-balancer targets: passes that ask for most Nodes).
+    AllNodes,
+    /// Only Nodes whose `Ready` condition is not `True`: the node-lifecycle controller asks
+    /// about those and no others, so with one NotReady Node among thousands a miss reads one
+    /// instance, not every instance of the cluster.
+    NotReadyNodes,
+}
+
 /// IDs per `DescribeInstances` call by ID.
 pub const IDS_PER_CALL: usize = 500;
 /// Private DNS names per `DescribeInstances` call (AWS allows 200 filter values).
@@ -382,6 +397,16 @@ impl InstanceCache {
         key: &NodeKey,
         max_age: Duration,
     ) -> Result<Option<Arc<InstanceInfo>>, LookupError> {
+        self.get_reading_ahead(key, max_age, ReadAhead::AllNodes).await
+    }
+
+    /// [`InstanceCache::get`], saying which other Nodes a miss reads ahead.
+    pub async fn get_reading_ahead(
+        &self,
+        key: &NodeKey,
+        max_age: Duration,
+        read_ahead: ReadAhead,
+    ) -> Result<Option<Arc<InstanceInfo>>, LookupError> {
         if let Some(c) = self.fresh(key, max_age) {
             return resolve(key, c);
         }
@@ -389,14 +414,19 @@ impl InstanceCache {
         if let Some(c) = self.fresh(key, max_age) {
             return resolve(key, c);
         }
-        self.fetch(key, max_age).await?;
+        self.fetch(key, max_age, read_ahead).await?;
         match self.fresh(key, Duration::MAX) {
             Some(c) => resolve(key, c),
             None => Ok(None),
         }
     }
 
-    fn read_ahead(&self, wanted: &NodeKey, max_age: Duration) -> (Vec<String>, Vec<String>) {
+    fn read_ahead(
+        &self,
+        wanted: &NodeKey,
+        max_age: Duration,
+        scope: ReadAhead,
+    ) -> (Vec<String>, Vec<String>) {
         let (mut ids, mut names) = (Vec::new(), Vec::new());
         let mut seen = HashSet::new();
         let mut add = |k: NodeKey| {
@@ -411,6 +441,9 @@ impl InstanceCache {
         add(wanted.clone());
         if let Some(store) = self.nodes() {
             for node in store.list() {
+                if scope == ReadAhead::NotReadyNodes && condition_status(&node, "Ready") == "True" {
+                    continue;
+                }
                 if let Ok(k) = node_key(&node)
                     && self.fresh(&k, max_age).is_none()
                 {
@@ -421,8 +454,8 @@ impl InstanceCache {
         (ids, names)
     }
 
-    async fn fetch(&self, wanted: &NodeKey, max_age: Duration) -> Result<(), LookupError> {
-        let (ids, names) = self.read_ahead(wanted, max_age);
+    async fn fetch(&self, wanted: &NodeKey, max_age: Duration, scope: ReadAhead) -> Result<(), LookupError> {
+        let (ids, names) = self.read_ahead(wanted, max_age, scope);
         // By ID, in chunks; the chunk holding the wanted key goes first.
         for chunk in ids.chunks(IDS_PER_CALL) {
             let has_wanted = matches!(wanted, NodeKey::Id(w) if chunk.contains(w));

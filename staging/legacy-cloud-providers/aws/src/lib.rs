@@ -46,7 +46,7 @@ use crate::{
     api::{AwsApi, AwsError},
     config::{AwsService, CloudConfig},
     instances::{
-        CACHE_TTL, InstanceCache, InstanceInfo, LookupError, METADATA_MAX_AGE, NodeKey,
+        CACHE_TTL, InstanceCache, InstanceInfo, LookupError, METADATA_MAX_AGE, NodeKey, ReadAhead,
         instance_id_from_provider_id, name_key, node_key, provider_id_for,
     },
 };
@@ -399,16 +399,48 @@ impl AwsCloud {
         self.lookup(&key, max_age).await
     }
 
+    /// The existence and shutdown checks' look-up (the node-lifecycle controller's): at most
+    /// [`CACHE_TTL`] old, and a miss reads ahead only the NotReady Nodes, the only ones that
+    /// controller asks about.
+    async fn health_lookup(&self, node: &Node) -> CloudResult<Option<Arc<InstanceInfo>>> {
+        let key = node_key(node).map_err(|e| CloudError::msg(format!("node {}: {e}", node_name(node))))?;
+        self.lookup_reading_ahead(&key, CACHE_TTL, ReadAhead::NotReadyNodes)
+            .await
+    }
+
+    /// [`AwsCloud::health_lookup`] by provider ID.
+    async fn health_lookup_by_provider_id(
+        &self,
+        provider_id: &str,
+    ) -> CloudResult<Option<Arc<InstanceInfo>>> {
+        let id = instance_id_from_provider_id(provider_id).map_err(|e| CloudError::msg(e.to_string()))?;
+        self.lookup_reading_ahead(&NodeKey::Id(id), CACHE_TTL, ReadAhead::NotReadyNodes)
+            .await
+    }
+
     async fn lookup(&self, key: &NodeKey, max_age: Duration) -> CloudResult<Option<Arc<InstanceInfo>>> {
+        self.lookup_reading_ahead(key, max_age, ReadAhead::AllNodes).await
+    }
+
+    /// [`AwsCloud::lookup`], saying which other Nodes a cache miss reads ahead.
+    async fn lookup_reading_ahead(
+        &self,
+        key: &NodeKey,
+        max_age: Duration,
+        read_ahead: ReadAhead,
+    ) -> CloudResult<Option<Arc<InstanceInfo>>> {
         if let NodeKey::Id(id) = key
             && id.starts_with(FARGATE_PREFIX)
         {
             return self.fargate_lookup(id).await;
         }
-        self.instances.get(key, max_age).await.map_err(|e| match e {
-            LookupError::Aws(a) => CloudError::wrap(format!("looking up {key:?}"), a),
-            other => CloudError::msg(other.to_string()),
-        })
+        self.instances
+            .get_reading_ahead(key, max_age, read_ahead)
+            .await
+            .map_err(|e| match e {
+                LookupError::Aws(a) => CloudError::wrap(format!("looking up {key:?}"), a),
+                other => CloudError::msg(other.to_string()),
+            })
     }
 
     /// A Fargate node (AWS-13): its attached network interface in the cluster's VPC, found by
@@ -643,15 +675,12 @@ fn exists(i: &InstanceInfo) -> bool {
 #[async_trait]
 impl InstancesV2 for AwsCloud {
     async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
-        Ok(self
-            .instance_for(node, CACHE_TTL)
-            .await?
-            .is_some_and(|i| exists(&i)))
+        Ok(self.health_lookup(node).await?.is_some_and(|i| exists(&i)))
     }
 
     async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
         Ok(self
-            .instance_for(node, CACHE_TTL)
+            .health_lookup(node)
             .await?
             .is_some_and(|i| i.state.as_deref() == Some("stopped")))
     }
@@ -724,13 +753,13 @@ impl Instances for AwsCloud {
     }
     async fn instance_exists_by_provider_id(&self, provider_id: &str) -> CloudResult<bool> {
         Ok(self
-            .by_provider_id(provider_id, CACHE_TTL)
+            .health_lookup_by_provider_id(provider_id)
             .await?
             .is_some_and(|i| exists(&i)))
     }
     async fn instance_shutdown_by_provider_id(&self, provider_id: &str) -> CloudResult<bool> {
         Ok(self
-            .by_provider_id(provider_id, CACHE_TTL)
+            .health_lookup_by_provider_id(provider_id)
             .await?
             .is_some_and(|i| i.state.as_deref() == Some("stopped")))
     }
