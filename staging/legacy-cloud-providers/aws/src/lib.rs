@@ -395,16 +395,14 @@ impl AwsCloud {
 
     /// The instance for a Node; `Ok(None)` when EC2 says there is none.
     async fn instance_for(&self, node: &Node, max_age: Duration) -> CloudResult<Option<Arc<InstanceInfo>>> {
-        let key = node_key(node).map_err(|e| CloudError::msg(format!("node {}: {e}", node_name(node))))?;
-        self.lookup(&key, max_age).await
+        self.lookup(&cache_key(node)?, max_age).await
     }
 
     /// The existence and shutdown checks' look-up (the node-lifecycle controller's): at most
     /// [`CACHE_TTL`] old, and a miss reads ahead only the NotReady Nodes, the only ones that
     /// controller asks about.
     async fn health_lookup(&self, node: &Node) -> CloudResult<Option<Arc<InstanceInfo>>> {
-        let key = node_key(node).map_err(|e| CloudError::msg(format!("node {}: {e}", node_name(node))))?;
-        self.lookup_reading_ahead(&key, CACHE_TTL, ReadAhead::NotReadyNodes)
+        self.lookup_reading_ahead(&cache_key(node)?, CACHE_TTL, ReadAhead::NotReadyNodes)
             .await
     }
 
@@ -413,9 +411,12 @@ impl AwsCloud {
         &self,
         provider_id: &str,
     ) -> CloudResult<Option<Arc<InstanceInfo>>> {
-        let id = instance_id_from_provider_id(provider_id).map_err(|e| CloudError::msg(e.to_string()))?;
-        self.lookup_reading_ahead(&NodeKey::Id(id), CACHE_TTL, ReadAhead::NotReadyNodes)
-            .await
+        self.lookup_reading_ahead(
+            &provider_id_key(provider_id)?,
+            CACHE_TTL,
+            ReadAhead::NotReadyNodes,
+        )
+        .await
     }
 
     async fn lookup(&self, key: &NodeKey, max_age: Duration) -> CloudResult<Option<Arc<InstanceInfo>>> {
@@ -672,6 +673,18 @@ fn exists(i: &InstanceInfo) -> bool {
     !matches!(i.state.as_deref(), None | Some("terminated"))
 }
 
+/// The instance-cache key of a Node (its provider ID, else its name), as a cloud error.
+fn cache_key(node: &Node) -> CloudResult<NodeKey> {
+    node_key(node).map_err(|e| CloudError::msg(format!("node {}: {e}", node_name(node))))
+}
+
+/// The instance-cache key of a provider ID, as a cloud error.
+fn provider_id_key(provider_id: &str) -> CloudResult<NodeKey> {
+    instance_id_from_provider_id(provider_id)
+        .map(NodeKey::Id)
+        .map_err(|e| CloudError::msg(e.to_string()))
+}
+
 #[async_trait]
 impl InstancesV2 for AwsCloud {
     async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
@@ -709,8 +722,7 @@ impl AwsCloud {
         provider_id: &str,
         max_age: Duration,
     ) -> CloudResult<Option<Arc<InstanceInfo>>> {
-        let id = instance_id_from_provider_id(provider_id).map_err(|e| CloudError::msg(e.to_string()))?;
-        self.lookup(&NodeKey::Id(id), max_age).await
+        self.lookup(&provider_id_key(provider_id)?, max_age).await
     }
 
     async fn existing_by_name(&self, name: &str) -> CloudResult<Arc<InstanceInfo>> {
