@@ -335,6 +335,17 @@ fn bad_flags_and_bad_cloud_config_exit_non_zero_with_a_one_line_reason() -> Resu
             "{args:?}: {stderr}"
         );
     }
+    // A bad TOKIO_WORKER_THREADS is an error naming it and its value, not tokio's panic.
+    let out = std::process::Command::new(rcp_e2e::paths::workspace_binary(FAKE)?)
+        .arg(&kc_flag)
+        .env("TOKIO_WORKER_THREADS", "zero")
+        .env("RUST_LOG", "off")
+        .output()?;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "error: environment variable TOKIO_WORKER_THREADS: \"zero\" is not a positive number of threads"
+    );
     Ok(())
 }
 

@@ -154,8 +154,10 @@ impl<K: Resource<DynamicType = ()> + Clone> Clone for Informer<K> {
     }
 }
 
-/// Capacity of each subscriber's event buffer.
-const EVENT_BUFFER: usize = 16 * 1024;
+/// Capacity of each subscriber's event buffer. The slots are allocated up front (≈ 48 bytes
+/// each), so this is resident memory per informer: 8192 slots (384 KiB) hold the initial LIST
+/// of a 5000-Node cluster even if no subscriber reads during it.
+const EVENT_BUFFER: usize = 8 * 1024;
 
 impl<K> Informer<K>
 where
