@@ -208,10 +208,20 @@ impl Drop for CcmProcess {
 
 /// Runs `binary` with `args` to completion (no cluster needed for flag errors): `(code, stdout, stderr)`.
 pub fn run_to_exit(binary: &str, args: &[&str]) -> Result<(i32, String, String)> {
+    run_to_exit_with_env(binary, args, &[])
+}
+
+/// [`run_to_exit`] with extra environment variables.
+pub fn run_to_exit_with_env(
+    binary: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<(i32, String, String)> {
     let bin = paths::workspace_binary(binary)?;
     let out = std::process::Command::new(bin)
         .args(args)
         .env("RUST_LOG", "off")
+        .envs(env.iter().copied())
         .output()?;
     Ok((
         out.status.code().unwrap_or(-1),

@@ -16,7 +16,7 @@ use kube::{
 use nix::sys::signal::Signal;
 use rcp_e2e::{
     TestCluster,
-    ccm::{CcmProcess, run_to_exit},
+    ccm::{CcmProcess, run_to_exit, run_to_exit_with_env},
     k8s::{tainted_node, wait_for},
 };
 
@@ -336,14 +336,10 @@ fn bad_flags_and_bad_cloud_config_exit_non_zero_with_a_one_line_reason() -> Resu
         );
     }
     // A bad TOKIO_WORKER_THREADS is an error naming it and its value, not tokio's panic.
-    let out = std::process::Command::new(rcp_e2e::paths::workspace_binary(FAKE)?)
-        .arg(&kc_flag)
-        .env("TOKIO_WORKER_THREADS", "zero")
-        .env("RUST_LOG", "off")
-        .output()?;
-    assert_eq!(out.status.code(), Some(1));
+    let (code, _, stderr) = run_to_exit_with_env(FAKE, &[&kc_flag], &[("TOKIO_WORKER_THREADS", "zero")])?;
+    assert_eq!(code, 1);
     assert_eq!(
-        String::from_utf8_lossy(&out.stderr).trim(),
+        stderr.trim(),
         "error: environment variable TOKIO_WORKER_THREADS: \"zero\" is not a positive number of threads"
     );
     Ok(())

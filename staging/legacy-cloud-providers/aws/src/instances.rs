@@ -4,9 +4,9 @@
 //! concurrent misses wait for one fetch instead of each calling EC2), then fetches its own key
 //! **plus every other Node of the shared informer whose instance is not cached**: by instance
 //! ID in chunks of [`IDS_PER_CALL`], and by private DNS name (filter `private-dns-name`, chunks
-//! of [`NAMES_PER_CALL`], with `instance-state-name` and client-side cluster-tag filtering). So initialising 1000 Nodes, or
-//! the periodic address sync of 1000 Nodes, costs a handful of calls instead of one (upstream:
-//! five) per Node. Each look-up says how old a cached answer may be: existence and shutdown
+//! of [`NAMES_PER_CALL`], with `instance-state-name` and client-side cluster-tag filtering). So
+//! initialising 1000 Nodes, or the periodic address sync of 1000 Nodes, costs a handful of calls
+//! instead of one (upstream: five) per Node. Each look-up says how old a cached answer may be: existence and shutdown
 //! checks accept [`CACHE_TTL`] (10 s: a stopped or terminated instance is noticed at most 10 s
 //! late), instance metadata for initialisation and the address sync [`METADATA_MAX_AGE`]
 //! (60 s: a new address or type shows at most a minute late). The existence and shutdown
