@@ -1,0 +1,14 @@
+//! The out-of-tree OpenStack cloud provider (phase 2 of the extraction: builds on
+//! `k8s-legacy-cloud-provider-openstack`).
+//!
+//! [`provider_spec`] is what `cloud-controller-manager-openstack` runs.
+
+pub use k8s_legacy_cloud_provider_openstack as legacy;
+
+/// The provider name (`--cloud-provider` default).
+pub const PROVIDER_NAME: &str = legacy::PROVIDER_NAME;
+
+/// The provider as the cloud-controller-manager application needs it.
+pub fn provider_spec() -> k8s_cloud_provider::app::ProviderSpec {
+    k8s_cloud_provider::app::ProviderSpec::new(PROVIDER_NAME, legacy::factory())
+}

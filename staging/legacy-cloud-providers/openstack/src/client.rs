@@ -1,0 +1,545 @@
+//! A small OpenStack client on `reqwest`: keystone v3 password / application-credential auth
+//! with token reuse (until a minute before expiry) and one re-authentication on a 401, the
+//! service catalog (by type, interface and region), and JSON requests to nova, neutron and
+//! octavia. No crate fits: the Rust OpenStack SDKs are either unmaintained (`openstack`,
+//! `osauth`: last releases 2021–2022, on reqwest 0.11) or generated clients far larger than the
+//! dozen calls a cloud-controller-manager makes.
+//!
+//! Secrets (the password, the application credential secret, tokens) never appear in errors,
+//! logs or `Debug` output.
+
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::config::{AuthOptions, Global};
+
+/// The services the provider talks to, by catalog type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    /// nova (`compute`).
+    Compute,
+    /// neutron (`network`).
+    Network,
+    /// octavia (`load-balancer`).
+    LoadBalancer,
+}
+
+impl Service {
+    /// The catalog type.
+    pub fn catalog_type(self) -> &'static str {
+        match self {
+            Self::Compute => "compute",
+            Self::Network => "network",
+            Self::LoadBalancer => "load-balancer",
+        }
+    }
+}
+
+/// A client error. Messages carry the method, the URL path and OpenStack's own message.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Keystone refused the credentials or answered without a token.
+    #[error("keystone authentication at {url}: {message}")]
+    Auth {
+        /// The token URL.
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The catalog has no endpoint for a service.
+    #[error("the keystone catalog has no {interface} endpoint of type {service:?}{region}")]
+    NoEndpoint {
+        /// Catalog type.
+        service: &'static str,
+        /// Interface asked for.
+        interface: String,
+        /// ` in region R` or empty.
+        region: String,
+    },
+    /// An HTTP answer other than 2xx.
+    #[error("{method} {url}: HTTP {status}: {message}")]
+    Http {
+        /// Method.
+        method: Method,
+        /// URL.
+        url: String,
+        /// Status.
+        status: StatusCode,
+        /// OpenStack's message (or the body's start).
+        message: String,
+    },
+    /// No answer (connection refused, timeout, TLS).
+    #[error("{method} {url}: {source}")]
+    Transport {
+        /// Method.
+        method: Method,
+        /// URL.
+        url: String,
+        /// The cause.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// An answer that is not the JSON expected.
+    #[error("{method} {url}: unexpected answer: {message}")]
+    Decode {
+        /// Method.
+        method: Method,
+        /// URL.
+        url: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A TLS or client setting.
+    #[error("{0}")]
+    Setup(String),
+}
+
+impl ClientError {
+    /// HTTP 404.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::Http { status, .. } if *status == StatusCode::NOT_FOUND)
+    }
+
+    /// HTTP 409 (octavia: the load balancer is immutable while PENDING_*).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Self::Http { status, .. } if *status == StatusCode::CONFLICT)
+    }
+}
+
+struct Token {
+    value: String,
+    expires: Instant,
+    catalog: Vec<CatalogEntry>,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+struct CatalogEntry {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    endpoints: Vec<Endpoint>,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+struct Endpoint {
+    interface: String,
+    url: String,
+    #[serde(default)]
+    region_id: Option<String>,
+    #[serde(default)]
+    region: Option<String>,
+}
+
+/// The client; cheap to share behind an `Arc`.
+pub struct OpenStackClient {
+    http: reqwest::Client,
+    auth: AuthOptions,
+    region: String,
+    interface: String,
+    token: tokio::sync::Mutex<Option<Token>>,
+    auth_count: std::sync::atomic::AtomicU64,
+    request_count: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for OpenStackClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenStackClient")
+            .field("auth_url", &self.auth.auth_url)
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+/// nova's microversion: 2.47 embeds the flavor (with `original_name`) in servers.
+pub const NOVA_MICROVERSION: &str = "2.47";
+
+impl OpenStackClient {
+    /// Builds the client (no request yet).
+    pub fn new(global: &Global, timeout: Duration) -> Result<Self, ClientError> {
+        let mut builder = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(Duration::from_secs(10))
+            .user_agent("k8s-cloud-provider-openstack");
+        if global.tls_insecure {
+            builder = builder.tls_danger_accept_invalid_certs(true);
+        } else if let Some(path) = &global.ca_file {
+            let pem = std::fs::read(path)
+                .map_err(|e| ClientError::Setup(format!("[Global] ca-file {}: {e}", path.display())))?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| ClientError::Setup(format!("[Global] ca-file {}: {e}", path.display())))?;
+            if certs.is_empty() {
+                return Err(ClientError::Setup(format!(
+                    "[Global] ca-file {}: holds no certificate",
+                    path.display()
+                )));
+            }
+            builder = builder.tls_certs_only(certs);
+        }
+        let http = builder
+            .build()
+            .map_err(|e| ClientError::Setup(format!("HTTP client: {e}")))?;
+        Ok(Self {
+            http,
+            auth: global.auth.clone(),
+            region: global.region.clone(),
+            interface: if global.interface.is_empty() {
+                "public".into()
+            } else {
+                global.interface.clone()
+            },
+            token: tokio::sync::Mutex::new(None),
+            auth_count: 0.into(),
+            request_count: 0.into(),
+        })
+    }
+
+    /// Keystone authentications so far (a metric: tokens are reused).
+    pub fn auth_count(&self) -> u64 {
+        self.auth_count.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// API requests so far (authentications excluded).
+    pub fn request_count(&self) -> u64 {
+        self.request_count.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn auth_body(&self) -> Value {
+        let a = &self.auth;
+        let domain = |id: &str, name: &str, fallback_id: &str, fallback_name: &str| -> Value {
+            if !id.is_empty() {
+                json!({"id": id})
+            } else if !name.is_empty() {
+                json!({"name": name})
+            } else if !fallback_id.is_empty() {
+                json!({"id": fallback_id})
+            } else if !fallback_name.is_empty() {
+                json!({"name": fallback_name})
+            } else {
+                json!({"id": "default"})
+            }
+        };
+        if !a.application_credential_id.is_empty() || !a.application_credential_name.is_empty() {
+            let mut cred = json!({"secret": a.application_credential_secret});
+            if !a.application_credential_id.is_empty() {
+                cred["id"] = json!(a.application_credential_id);
+            } else {
+                cred["name"] = json!(a.application_credential_name);
+                cred["user"] = if a.user_id.is_empty() {
+                    json!({"name": a.username, "domain": domain(&a.user_domain_id, &a.user_domain_name, &a.domain_id, &a.domain_name)})
+                } else {
+                    json!({"id": a.user_id})
+                };
+            }
+            return json!({"auth": {"identity": {"methods": ["application_credential"], "application_credential": cred}}});
+        }
+        let user = if a.user_id.is_empty() {
+            json!({"name": a.username, "password": a.password,
+                   "domain": domain(&a.user_domain_id, &a.user_domain_name, &a.domain_id, &a.domain_name)})
+        } else {
+            json!({"id": a.user_id, "password": a.password})
+        };
+        let scope = if !a.trust_id.is_empty() {
+            json!({"OS-TRUST:trust": {"id": a.trust_id}})
+        } else if !a.project_id.is_empty() {
+            json!({"project": {"id": a.project_id}})
+        } else if !a.project_name.is_empty() {
+            json!({"project": {"name": a.project_name,
+                   "domain": domain(&a.project_domain_id, &a.project_domain_name, &a.domain_id, &a.domain_name)}})
+        } else if !a.domain_id.is_empty() {
+            json!({"domain": {"id": a.domain_id}})
+        } else {
+            Value::Null
+        };
+        let mut body = json!({"auth": {"identity": {"methods": ["password"], "password": {"user": user}}}});
+        if !scope.is_null() {
+            body["auth"]["scope"] = scope;
+        }
+        body
+    }
+
+    async fn authenticate(&self) -> Result<Token, ClientError> {
+        let url = format!("{}/auth/tokens", self.auth.auth_url.trim_end_matches('/'));
+        self.auth_count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let resp = self
+            .http
+            .post(&url)
+            .json(&self.auth_body())
+            .send()
+            .await
+            .map_err(|e| ClientError::Auth {
+                url: url.clone(),
+                message: e.without_url().to_string(),
+            })?;
+        let status = resp.status();
+        let token = resp
+            .headers()
+            .get("x-subject-token")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            return Err(ClientError::Auth {
+                url,
+                message: format!("HTTP {status}: {}", openstack_message(&body)),
+            });
+        }
+        let value = token.ok_or_else(|| ClientError::Auth {
+            url: url.clone(),
+            message: "no X-Subject-Token in the answer".into(),
+        })?;
+        let t = &body["token"];
+        let catalog: Vec<CatalogEntry> = serde_json::from_value(t["catalog"].clone()).unwrap_or_default();
+        let lifetime = t["expires_at"]
+            .as_str()
+            .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+            .map(|exp| {
+                (exp.with_timezone(&chrono::Utc) - chrono::Utc::now())
+                    .to_std()
+                    .unwrap_or_default()
+            })
+            .unwrap_or(Duration::from_secs(3600));
+        // Renew a minute early (or halfway, for very short tokens).
+        let reuse_for = lifetime.saturating_sub(Duration::from_secs(60)).max(lifetime / 2);
+        Ok(Token {
+            value,
+            expires: Instant::now() + reuse_for,
+            catalog,
+        })
+    }
+
+    /// The current token and the service's endpoint, authenticating when needed.
+    async fn session(&self, service: Service, fresh: bool) -> Result<(String, String), ClientError> {
+        let mut guard = self.token.lock().await;
+        if fresh || guard.as_ref().is_none_or(|t| Instant::now() >= t.expires) {
+            *guard = Some(self.authenticate().await?);
+        }
+        let Some(t) = guard.as_ref() else {
+            return Err(ClientError::Setup("no token".into()));
+        };
+        let endpoint = t
+            .catalog
+            .iter()
+            .filter(|c| c.kind == service.catalog_type())
+            .flat_map(|c| c.endpoints.iter())
+            .find(|e| {
+                e.interface == self.interface
+                    && (self.region.is_empty()
+                        || e.region_id.as_deref() == Some(self.region.as_str())
+                        || e.region.as_deref() == Some(self.region.as_str()))
+            })
+            .ok_or_else(|| ClientError::NoEndpoint {
+                service: service.catalog_type(),
+                interface: self.interface.clone(),
+                region: if self.region.is_empty() {
+                    String::new()
+                } else {
+                    format!(" in region {}", self.region)
+                },
+            })?;
+        Ok((t.value.clone(), endpoint.url.trim_end_matches('/').to_string()))
+    }
+
+    /// Checks the credentials and the catalog (used at start-up).
+    pub async fn check(&self) -> Result<(), ClientError> {
+        self.session(Service::Compute, false).await.map(|_| ())
+    }
+
+    /// One JSON request; `path` is relative to the service's endpoint (octavia and neutron
+    /// paths start with `/v2…`, nova's with `/servers…`). A 401 re-authenticates once.
+    pub async fn request(
+        &self,
+        service: Service,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, ClientError> {
+        let mut fresh = false;
+        loop {
+            let (token, base) = self.session(service, fresh).await?;
+            let base = match service {
+                // The catalog's network endpoint usually has no version.
+                Service::Network if !base.ends_with("/v2.0") && !path.starts_with("/v2.0") => {
+                    format!("{base}/v2.0")
+                }
+                _ => base,
+            };
+            let url = format!("{base}{path}");
+            let mut req = self
+                .http
+                .request(method.clone(), &url)
+                .header("X-Auth-Token", token)
+                .header("Accept", "application/json");
+            if service == Service::Compute {
+                req = req.header("X-OpenStack-Nova-API-Version", NOVA_MICROVERSION);
+            }
+            if let Some(b) = body {
+                req = req.json(b);
+            }
+            self.request_count
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let resp = req.send().await.map_err(|e| ClientError::Transport {
+                method: method.clone(),
+                url: url.clone(),
+                source: e.without_url(),
+            })?;
+            let status = resp.status();
+            if status == StatusCode::UNAUTHORIZED && !fresh {
+                tracing::debug!(%url, "token refused; authenticating again");
+                fresh = true;
+                continue;
+            }
+            let bytes = resp.bytes().await.map_err(|e| ClientError::Transport {
+                method: method.clone(),
+                url: url.clone(),
+                source: e.without_url(),
+            })?;
+            let value: Value = if bytes.is_empty() {
+                Value::Null
+            } else {
+                match serde_json::from_slice(&bytes) {
+                    Ok(v) => v,
+                    Err(_) if !status.is_success() => {
+                        Value::String(String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned())
+                    }
+                    Err(e) => {
+                        return Err(ClientError::Decode {
+                            method,
+                            url,
+                            message: e.to_string(),
+                        });
+                    }
+                }
+            };
+            if !status.is_success() {
+                return Err(ClientError::Http {
+                    method,
+                    url,
+                    status,
+                    message: openstack_message(&value),
+                });
+            }
+            return Ok(value);
+        }
+    }
+
+    /// GET.
+    pub async fn get(&self, service: Service, path: &str) -> Result<Value, ClientError> {
+        self.request(service, Method::GET, path, None).await
+    }
+
+    /// POST with a JSON body.
+    pub async fn post(&self, service: Service, path: &str, body: &Value) -> Result<Value, ClientError> {
+        self.request(service, Method::POST, path, Some(body)).await
+    }
+
+    /// PUT with a JSON body.
+    pub async fn put(&self, service: Service, path: &str, body: &Value) -> Result<Value, ClientError> {
+        self.request(service, Method::PUT, path, Some(body)).await
+    }
+
+    /// DELETE; a 404 counts as done.
+    pub async fn delete(&self, service: Service, path: &str) -> Result<(), ClientError> {
+        match self.request(service, Method::DELETE, path, None).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// GET and decode `body[key]`.
+    pub async fn get_as<T: serde::de::DeserializeOwned>(
+        &self,
+        service: Service,
+        path: &str,
+        key: &str,
+    ) -> Result<T, ClientError> {
+        let v = self.get(service, path).await?;
+        decode(&v, key, path)
+    }
+}
+
+/// Decodes `value[key]`.
+pub fn decode<T: serde::de::DeserializeOwned>(
+    value: &Value,
+    key: &str,
+    path: &str,
+) -> Result<T, ClientError> {
+    serde_json::from_value(value.get(key).cloned().unwrap_or(Value::Null)).map_err(|e| ClientError::Decode {
+        method: Method::GET,
+        url: path.to_string(),
+        message: format!("field {key:?}: {e}"),
+    })
+}
+
+/// OpenStack's error bodies: `{"badRequest": {"message": …}}` (nova),
+/// `{"NeutronError": {"message": …}}`, `{"faultstring": …}` (octavia),
+/// `{"error": {"message": …}}` (keystone).
+fn openstack_message(body: &Value) -> String {
+    if let Some(s) = body.as_str() {
+        return s.trim().to_string();
+    }
+    if let Some(s) = body.get("faultstring").and_then(Value::as_str) {
+        return s.to_string();
+    }
+    if let Some(obj) = body.as_object() {
+        for v in obj.values() {
+            if let Some(m) = v.get("message").and_then(Value::as_str) {
+                return m.to_string();
+            }
+        }
+    }
+    let s = body.to_string();
+    s.chars().take(300).collect()
+}
+
+/// Percent-encodes a query value.
+pub fn query_escape(v: &str) -> String {
+    url::form_urlencoded::byte_serialize(v.as_bytes()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_bodies_of_each_service() {
+        assert_eq!(
+            openstack_message(&json!({"itemNotFound": {"code": 404, "message": "gone"}})),
+            "gone"
+        );
+        assert_eq!(
+            openstack_message(&json!({"NeutronError": {"message": "busy", "type": "x"}})),
+            "busy"
+        );
+        assert_eq!(
+            openstack_message(&json!({"faultstring": "immutable"})),
+            "immutable"
+        );
+        assert_eq!(openstack_message(&json!("plain")), "plain");
+    }
+
+    #[test]
+    fn auth_bodies_scope_and_domains() {
+        let mut g = Global::default();
+        g.auth.auth_url = "http://k/v3".into();
+        g.auth.username = "u".into();
+        g.auth.password = "p".into();
+        g.auth.project_name = "demo".into();
+        g.auth.domain_name = "D".into();
+        let c = OpenStackClient::new(&g, Duration::from_secs(5)).unwrap();
+        let b = c.auth_body();
+        assert_eq!(b["auth"]["identity"]["password"]["user"]["domain"]["name"], "D");
+        assert_eq!(b["auth"]["scope"]["project"]["name"], "demo");
+        assert_eq!(b["auth"]["scope"]["project"]["domain"]["name"], "D");
+        assert!(!format!("{c:?}").contains('p') || !format!("{c:?}").contains("\"p\""));
+        g.auth.application_credential_id = "ac".into();
+        g.auth.application_credential_secret = "sec".into();
+        let b = OpenStackClient::new(&g, Duration::from_secs(5))
+            .unwrap()
+            .auth_body();
+        assert_eq!(b["auth"]["identity"]["methods"][0], "application_credential");
+        assert!(b["auth"].get("scope").is_none());
+    }
+}
