@@ -3,7 +3,8 @@
 # tests: keystone, glance, placement, nova (api, conductor, scheduler, compute with the `fake`
 # virt driver), neutron (ML2 with neutron's own `test` mechanism driver, so ports bind without
 # agents) and octavia (api + worker with the no-op amphora, compute and network drivers, as the
-# upstream no-op test jobs run it), on MariaDB and RabbitMQ. Nothing runs as a system service,
+# upstream no-op test jobs run it, except that the API allocates VIPs as real neutron ports), on
+# MariaDB and RabbitMQ. Nothing runs as a system service,
 # nothing is written outside the state directory, and everything listens on 127.0.0.1 only.
 #
 #   hack/openstack.sh install        apt packages (root or password-less sudo), idempotent
@@ -271,9 +272,16 @@ storage_path = $RUN/octavia/certs
 ca_certificate = $RUN/octavia/ca/ca.pem
 ca_private_key = $RUN/octavia/ca/ca.key
 ca_private_key_passphrase = rcp-test-ca
+[neutron]
+endpoint = http://127.0.0.1:19696
+region_name = RegionOne
 $(service_auth service_auth)
 $(authtoken)
 EOF
+  # The API allocates each VIP as a real neutron port (the allowed-address-pairs driver, checking
+  # subnets and ports for real); the worker's plug/unplug steps stay no-ops (no amphorae here).
+  sed 's/^network_driver = network_noop_driver$/network_driver = allowed_address_pairs_driver/' \
+    "$RUN/octavia/octavia.conf" >"$RUN/octavia/octavia-api.conf"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -442,7 +450,7 @@ cmd_start() {
   spawn nova-scheduler $PY /usr/bin/nova-scheduler --config-file "$RUN/nova/nova.conf"
   spawn nova-compute $PY -c 'import sys; from nova.cmd.compute import main; sys.exit(main())' --config-file "$RUN/nova/nova.conf"
   spawn octavia-worker $PY /usr/bin/octavia-worker --config-file "$RUN/octavia/octavia.conf"
-  uwsgi_app octavia 19876 /usr/bin/octavia-wsgi "--config-file $RUN/octavia/octavia.conf"
+  uwsgi_app octavia 19876 /usr/bin/octavia-wsgi "--config-file $RUN/octavia/octavia-api.conf"
   wait_http placement http://127.0.0.1:18778/ 60
   wait_http glance http://127.0.0.1:19292/ 60
   wait_http neutron http://127.0.0.1:19696/ 90

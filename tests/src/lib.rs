@@ -5,6 +5,8 @@
 //!   for other users (impersonation) and service accounts (TokenRequest).
 //! - [`Moto`]: moto's AWS emulator, with [`moto::World`] to build a cluster-tagged VPC.
 //! - [`Vcsim`]: govmomi's vCenter simulator.
+//! - [`openstack::OpenStack`]: a real OpenStack (keystone, nova, neutron, octavia) shared by the
+//!   run, with a [`openstack::Project`] and catalog region per test.
 //! - [`imds::ImdsStub`]: an EC2 instance-metadata server for one instance of a moto world.
 //! - [`fault_proxy::FaultProxy`]: a rule-driven proxy that hides, empties, delays or drops
 //!   chosen requests to a test server, or injects random faults.
@@ -22,6 +24,7 @@ pub mod imds;
 pub mod k8s;
 pub mod kcm;
 pub mod moto;
+pub mod openstack;
 pub mod paths;
 pub mod process;
 pub mod secrets;

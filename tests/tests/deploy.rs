@@ -52,6 +52,7 @@ async fn every_overlay_renders_and_the_api_server_accepts_it() -> Result<()> {
         "aws/overlays/example",
         "vsphere/base",
         "vsphere/overlays/example",
+        "openstack/base",
         "common",
     ] {
         assert!(names.iter().any(|n| n == expected), "{expected} in {names:?}");
@@ -114,7 +115,10 @@ async fn every_overlay_renders_and_the_api_server_accepts_it() -> Result<()> {
             .filter_map(|a| a.as_str())
             .collect();
         assert!(args.contains(&"--leader-elect=true"), "{name}: {args:?}");
-        if let Some(provider) = ["aws", "vsphere"].into_iter().find(|p| name.starts_with(p)) {
+        if let Some(provider) = ["aws", "vsphere", "openstack"]
+            .into_iter()
+            .find(|p| name.starts_with(p))
+        {
             assert!(
                 args.contains(&format!("--cloud-provider={provider}").as_str()),
                 "{name}: {args:?}"

@@ -357,12 +357,14 @@ impl OpenStackCloud {
         Ok(fips.pop())
     }
 
+    /// Creates or updates everything; returns the status and the backends left out for want of
+    /// an InternalIP.
     async fn ensure(
         &self,
         cluster: &str,
         service: &KubeService,
         nodes: &[Arc<Node>],
-    ) -> CloudResult<LoadBalancerStatus> {
+    ) -> CloudResult<(LoadBalancerStatus, Vec<String>)> {
         let opts = ServiceOptions::from_service(self, service)?;
         let ports = service_ports(service)?;
         let name = load_balancer_name(cluster, service);
@@ -374,6 +376,7 @@ impl OpenStackCloud {
         };
         // Members: the backends' first InternalIP (nodes without one are left out, with a log).
         let mut members: BTreeMap<String, String> = BTreeMap::new();
+        let mut skipped = Vec::new();
         for n in load_balancer_backends(nodes) {
             let node = n.metadata.name.clone().unwrap_or_default();
             let ip = n
@@ -386,7 +389,10 @@ impl OpenStackCloud {
                 Some(ip) => {
                     members.insert(node, ip);
                 }
-                None => tracing::warn!(node, "no InternalIP: not a load balancer member"),
+                None => {
+                    tracing::warn!(node, "no InternalIP: not a load balancer member");
+                    skipped.push(node);
+                }
             }
         }
 
@@ -633,7 +639,7 @@ impl OpenStackCloud {
             };
             address = fip.floating_ip_address;
         }
-        Ok(status_for(&address))
+        Ok((status_for(&address), skipped))
     }
 }
 
@@ -676,7 +682,9 @@ impl LoadBalancer for OpenStackCloud {
         service: &KubeService,
         nodes: &[Arc<Node>],
     ) -> CloudResult<LoadBalancerStatus> {
-        self.ensure(cluster, service, nodes).await
+        self.ensure(cluster, service, nodes)
+            .await
+            .map(|(status, _)| status)
     }
 
     async fn update_load_balancer(
@@ -685,7 +693,20 @@ impl LoadBalancer for OpenStackCloud {
         service: &KubeService,
         nodes: &[Arc<Node>],
     ) -> CloudResult<()> {
-        self.ensure(cluster, service, nodes).await.map(|_| ())
+        // As upstream, a Node without an InternalIP is no member; a node sync that met one (a
+        // Node whose addresses arrive just after its provider ID) fails after applying the rest,
+        // so the Service is synced again shortly, not at the next periodic node sync.
+        let (_, skipped) = self.ensure(cluster, service, nodes).await?;
+        if skipped.is_empty() {
+            return Ok(());
+        }
+        Err(CloudError::retry_after(
+            format!(
+                "nodes without an InternalIP are not members yet: {}",
+                skipped.join(", ")
+            ),
+            Duration::from_secs(5),
+        ))
     }
 
     async fn ensure_load_balancer_deleted(&self, cluster: &str, service: &KubeService) -> CloudResult<()> {

@@ -1,0 +1,453 @@
+//! `cloud-controller-manager-openstack` as a real process against a real kube-apiserver and a
+//! real OpenStack (keystone, nova with the fake virt driver, neutron, octavia with no-op
+//! drivers: `hack/openstack.sh`).
+
+use std::{collections::BTreeSet, time::Duration};
+
+use anyhow::Result;
+use k8s_cloud_provider::node::helpers::addresses;
+use k8s_openapi::api::core::v1::{Node, NodeSpec, Service};
+use kube::{
+    Api,
+    api::{DeleteParams, PostParams},
+};
+use rcp_e2e::{
+    TestCluster,
+    ccm::CcmProcess,
+    fault_proxy::{Action, Rule},
+    k8s::{initialised, load_balancer_service, set_ready, tainted_node, wait_for},
+    openstack::{FLAVOR, OpenStack, Project},
+};
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(90);
+const BIN: &str = "cloud-controller-manager-openstack";
+
+fn start_ccm(cluster: &TestCluster, config: &str, name: &str, extra: &[&str]) -> Result<CcmProcess> {
+    let path = cluster.dir().join(format!("{name}.conf"));
+    std::fs::write(&path, config)?;
+    let mut args = vec![
+        format!("--cloud-config={}", path.display()),
+        "--leader-elect=false".to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    CcmProcess::start(
+        BIN,
+        name,
+        &cluster.ccm_kubeconfig("openstack/base")?,
+        cluster.dir(),
+        &args,
+    )
+}
+
+fn label(n: &Node, key: &str) -> Option<String> {
+    n.metadata.labels.as_ref()?.get(key).cloned()
+}
+
+#[tokio::test]
+async fn nodes_come_from_nova_servers_deleted_servers_delete_nodes_and_an_unreachable_nova_deletes_nothing()
+-> Result<()> {
+    let os = OpenStack::shared().await?;
+    let cluster = TestCluster::start().await?;
+    let project: Project = os.project("nodes").await?;
+    let net = project.network("private", "10.0.0.0/24").await?;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(project.server(&format!("node-{i}"), &net).await?);
+    }
+    let ccm = start_ccm(
+        &cluster,
+        &format!("{}[LoadBalancer]\nenabled = false\n", project.global_section()),
+        "ccm-openstack-nodes",
+        &["--node-monitor-period=1s"],
+    )?;
+    let nodes: Api<Node> = Api::all(cluster.client().await?);
+    for i in 0..3 {
+        nodes
+            .create(&PostParams::default(), &tainted_node(&format!("node-{i}")))
+            .await?;
+    }
+    for (i, id) in ids.iter().enumerate() {
+        let name = format!("node-{i}");
+        let n = wait_for(&format!("{name} initialised"), T, || initialised(&nodes, &name)).await?;
+        assert_eq!(
+            n.spec.as_ref().and_then(|s| s.provider_id.clone()),
+            Some(format!("openstack:///{id}")),
+            "{name}"
+        );
+        let ip = project.server_ip(id, "private").await?;
+        let got: Vec<(String, String)> = addresses(&n)
+            .iter()
+            .map(|a| (a.type_.clone(), a.address.clone()))
+            .collect();
+        assert_eq!(got, [("InternalIP".to_string(), ip)], "{name}");
+        assert_eq!(
+            label(&n, "node.kubernetes.io/instance-type").as_deref(),
+            Some(FLAVOR)
+        );
+        assert_eq!(label(&n, "topology.kubernetes.io/zone").as_deref(), Some("nova"));
+        assert_eq!(
+            label(&n, "topology.kubernetes.io/region").as_deref(),
+            Some(project.region.as_str())
+        );
+        set_ready(&nodes, &name, "True").await?;
+    }
+
+    // The server of node-1 is deleted in nova: the Node goes.
+    project.delete_server(&ids[1]).await?;
+    set_ready(&nodes, "node-1", "Unknown").await?;
+    wait_for("node-1 deleted", T, || async {
+        nodes.get_opt("node-1").await.ok()?.is_none().then_some(())
+    })
+    .await?;
+
+    // nova unreachable (every compute request dropped), and node-2's server deleted meanwhile:
+    // nothing may be deleted while nova cannot answer.
+    project.nova_proxy.add(Rule::new(&["/"], Action::Drop));
+    project.delete_server(&ids[2]).await?;
+    set_ready(&nodes, "node-0", "Unknown").await?;
+    set_ready(&nodes, "node-2", "Unknown").await?;
+    let before = project.nova_proxy.faulted();
+    wait_for("the lifecycle controller to hit the dropped nova", T, || async {
+        (project.nova_proxy.faulted() >= before + 3).then_some(())
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        nodes.get_opt("node-0").await?.is_some(),
+        "node-0 deleted while nova was unreachable"
+    );
+    assert!(
+        nodes.get_opt("node-2").await?.is_some(),
+        "node-2 deleted while nova was unreachable"
+    );
+
+    // nova back: node-2 (server gone) goes, node-0 (server there) stays.
+    project.nova_proxy.clear();
+    wait_for("node-2 deleted once nova answers", T, || async {
+        nodes.get_opt("node-2").await.ok()?.is_none().then_some(())
+    })
+    .await?;
+    assert!(
+        nodes.get_opt("node-0").await?.is_some(),
+        "node-0 deleted although its server exists"
+    );
+    assert!(
+        !ccm.log().contains(&project.password),
+        "the OpenStack password appears in the log"
+    );
+    Ok(())
+}
+
+async fn members(project: &Project, lb_name: &str) -> Option<BTreeSet<(String, String, i64)>> {
+    let lb = project.load_balancers(lb_name).await.ok()?.into_iter().next()?;
+    if lb["provisioning_status"] != "ACTIVE" {
+        return None;
+    }
+    let lb_id = lb["id"].as_str()?.to_string();
+    let pools = project
+        .octavia_list(&format!("pools?loadbalancer_id={lb_id}"), "pools")
+        .await
+        .ok()?;
+    let pool = pools.first()?["id"].as_str()?.to_string();
+    let m = project
+        .octavia_list(&format!("pools/{pool}/members"), "members")
+        .await
+        .ok()?;
+    Some(
+        m.iter()
+            .map(|m| {
+                (
+                    m["name"].as_str().unwrap_or_default().to_string(),
+                    m["address"].as_str().unwrap_or_default().to_string(),
+                    m["protocol_port"].as_i64().unwrap_or_default(),
+                )
+            })
+            .collect(),
+    )
+}
+
+fn ingress_ip(s: &Service) -> Option<String> {
+    s.status
+        .as_ref()?
+        .load_balancer
+        .as_ref()?
+        .ingress
+        .as_ref()?
+        .first()?
+        .ip
+        .clone()
+}
+
+#[tokio::test]
+async fn a_load_balancer_service_becomes_an_octavia_load_balancer_whose_members_follow_the_nodes()
+-> Result<()> {
+    let os = OpenStack::shared().await?;
+    let cluster = TestCluster::start().await?;
+    let project = os.project("lb").await?;
+    let net = project.network("private", "10.1.0.0/24").await?;
+    let public = project.external_network("public", "172.24.4.0/24").await?;
+    project.router("edge", &public, &net).await?;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(project.server(&format!("node-{i}"), &net).await?);
+    }
+    let config = format!(
+        "{}[LoadBalancer]\nsubnet-id = {}\ncreate-monitor = true\nmonitor-delay = 7s\n",
+        project.global_section(),
+        net.subnet_id
+    );
+    let ccm = start_ccm(
+        &cluster,
+        &config,
+        "ccm-openstack-lb",
+        &["--node-monitor-period=1s"],
+    )?;
+    let client = cluster.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    for i in 0..2 {
+        nodes
+            .create(&PostParams::default(), &tainted_node(&format!("node-{i}")))
+            .await?;
+    }
+    let mut ips = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        ips.push(project.server_ip(id, "private").await?);
+        if i < 2 {
+            let name = format!("node-{i}");
+            wait_for(&format!("{name} initialised"), T, || initialised(&nodes, &name)).await?;
+        }
+    }
+
+    // A plain LoadBalancer Service: the VIP (a neutron port octavia made on our subnet) in status.
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    services
+        .create(
+            &PostParams::default(),
+            &load_balancer_service("web", &[], &[(80, "http")]),
+        )
+        .await?;
+    let svc = wait_for("web's ingress", T, || async {
+        let s = services.get("web").await.ok()?;
+        ingress_ip(&s).map(|_| s)
+    })
+    .await?;
+    let vip = ingress_ip(&svc).unwrap_or_default();
+    assert!(vip.starts_with("10.1.0."), "VIP {vip} not on the subnet");
+    let node_port = i64::from(
+        svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0]
+            .node_port
+            .unwrap(),
+    );
+    let lb_name = "kube_service_kubernetes_default_web";
+    let lbs = project.load_balancers(lb_name).await?;
+    assert_eq!(lbs.len(), 1, "{lbs:?}");
+    assert_eq!(lbs[0]["vip_address"], vip.as_str());
+    let lb_id = lbs[0]["id"].as_str().unwrap().to_string();
+    let listeners = project
+        .octavia_list(&format!("listeners?loadbalancer_id={lb_id}"), "listeners")
+        .await?;
+    assert_eq!(listeners.len(), 1);
+    assert_eq!(listeners[0]["protocol"], "TCP");
+    assert_eq!(listeners[0]["protocol_port"], 80);
+    let pools = project
+        .octavia_list(&format!("pools?loadbalancer_id={lb_id}"), "pools")
+        .await?;
+    assert_eq!(pools.len(), 1);
+    assert_eq!(pools[0]["lb_algorithm"], "ROUND_ROBIN");
+    let monitors = project.octavia_list("healthmonitors", "healthmonitors").await?;
+    let monitor = monitors
+        .iter()
+        .find(|m| {
+            m["pools"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|p| p["id"] == pools[0]["id"]))
+        })
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(monitor["type"], "TCP", "{monitors:?}");
+    assert_eq!(monitor["delay"], 7);
+    let want = |n: &[usize]| -> BTreeSet<(String, String, i64)> {
+        n.iter()
+            .map(|i| (format!("node-{i}"), ips[*i].clone(), node_port))
+            .collect()
+    };
+    wait_for("members node-0, node-1", T, || async {
+        members(&project, lb_name).await.filter(|m| *m == want(&[0, 1]))
+    })
+    .await
+    .inspect_err(|_| eprintln!("{}", ccm.log()))?;
+
+    // A Node joins: a member is added; a Node leaves: its member goes.
+    nodes
+        .create(&PostParams::default(), &tainted_node("node-2"))
+        .await?;
+    wait_for("node-2 initialised", T, || initialised(&nodes, "node-2")).await?;
+    wait_for("members node-0..2", T, || async {
+        members(&project, lb_name)
+            .await
+            .filter(|m| *m == want(&[0, 1, 2]))
+    })
+    .await
+    .inspect_err(|_| eprintln!("{}", ccm.log()))?;
+    nodes.delete("node-0", &DeleteParams::default()).await?;
+    wait_for("members node-1, node-2", T, || async {
+        members(&project, lb_name).await.filter(|m| *m == want(&[1, 2]))
+    })
+    .await
+    .inspect_err(|_| eprintln!("{}", ccm.log()))?;
+
+    // An external Service: a floating IP from the external network on the VIP port.
+    let mut ext = load_balancer_service("web-ext", &[], &[(443, "https")]);
+    ext.metadata.annotations = Some(
+        [(
+            "loadbalancer.openstack.org/floating-network-id".to_string(),
+            public.id.clone(),
+        )]
+        .into(),
+    );
+    services.create(&PostParams::default(), &ext).await?;
+    let ext = wait_for("web-ext's ingress", T, || async {
+        let s = services.get("web-ext").await.ok()?;
+        ingress_ip(&s).map(|_| s)
+    })
+    .await
+    .inspect_err(|_| eprintln!("{}", ccm.log()))?;
+    let fips = project.floating_ips().await?;
+    assert_eq!(fips.len(), 1, "{fips:?}");
+    let ext_lb = project
+        .load_balancers("kube_service_kubernetes_default_web-ext")
+        .await?;
+    assert_eq!(fips[0]["port_id"], ext_lb[0]["vip_port_id"]);
+    assert_eq!(fips[0]["fixed_ip_address"], ext_lb[0]["vip_address"]);
+    assert_eq!(
+        ingress_ip(&ext).as_deref(),
+        fips[0]["floating_ip_address"].as_str()
+    );
+    assert!(ingress_ip(&ext).unwrap().starts_with("172.24.4."));
+
+    // Deleted: nothing left in octavia, the floating IP released.
+    services.delete("web", &DeleteParams::default()).await?;
+    services.delete("web-ext", &DeleteParams::default()).await?;
+    wait_for("both load balancers gone from octavia", T, || async {
+        let a = project.load_balancers(lb_name).await.ok()?;
+        let b = project
+            .load_balancers("kube_service_kubernetes_default_web-ext")
+            .await
+            .ok()?;
+        (a.is_empty() && b.is_empty()).then_some(())
+    })
+    .await?;
+    wait_for("Services gone (finalizers removed)", T, || async {
+        let web = services.get_opt("web").await.ok()?;
+        let ext = services.get_opt("web-ext").await.ok()?;
+        (web.is_none() && ext.is_none()).then_some(())
+    })
+    .await?;
+    assert!(
+        project.floating_ips().await?.is_empty(),
+        "a floating IP was left behind"
+    );
+    let listeners = project.octavia_list("listeners", "listeners").await?;
+    assert!(listeners.is_empty(), "listeners left: {listeners:?}");
+    let pools = project.octavia_list("pools", "pools").await?;
+    assert!(pools.is_empty(), "pools left: {pools:?}");
+    assert!(!ccm.log().contains(&project.password));
+    Ok(())
+}
+
+#[tokio::test]
+async fn pod_routes_go_on_the_neutron_router_with_address_pairs_and_leave_with_the_node() -> Result<()> {
+    let os = OpenStack::shared().await?;
+    let cluster = TestCluster::start().await?;
+    let project = os.project("routes").await?;
+    let net = project.network("private", "10.2.0.0/24").await?;
+    let public = project.external_network("public", "172.25.4.0/24").await?;
+    let router = project.router("edge", &public, &net).await?;
+    let mut ids = Vec::new();
+    for i in 0..2 {
+        ids.push(project.server(&format!("node-{i}"), &net).await?);
+    }
+    let config = format!(
+        "{}[LoadBalancer]\nenabled = false\n[Route]\nrouter-id = {router}\n",
+        project.global_section()
+    );
+    let _ccm = start_ccm(
+        &cluster,
+        &config,
+        "ccm-openstack-routes",
+        &[
+            "--controllers=*,route",
+            "--configure-cloud-routes=true",
+            "--cluster-cidr=10.244.0.0/16",
+            "--route-reconciliation-period=1s",
+        ],
+    )?;
+    let nodes: Api<Node> = Api::all(cluster.client().await?);
+    let mut ips = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        ips.push(project.server_ip(id, "private").await?);
+        let mut n = tainted_node(&format!("node-{i}"));
+        let cidr = format!("10.244.{}.0/24", i + 1);
+        n.spec = Some(NodeSpec {
+            pod_cidr: Some(cidr.clone()),
+            pod_cidrs: Some(vec![cidr]),
+            ..n.spec.unwrap()
+        });
+        nodes.create(&PostParams::default(), &n).await?;
+    }
+    let routes = || async {
+        let r = project.router_routes(&router).await.ok()?;
+        Some(
+            r.iter()
+                .map(|r| {
+                    (
+                        r["destination"].as_str().unwrap_or_default().to_string(),
+                        r["nexthop"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect::<BTreeSet<_>>(),
+        )
+    };
+    let want: BTreeSet<(String, String)> = (0..2)
+        .map(|i| (format!("10.244.{}.0/24", i + 1), ips[i].clone()))
+        .collect();
+    wait_for("two router routes", T, || async {
+        routes().await.filter(|r| *r == want)
+    })
+    .await?;
+    for (i, id) in ids.iter().enumerate() {
+        let want = vec![format!("10.244.{}.0/24", i + 1)];
+        wait_for(
+            &format!("node-{i}'s pod CIDR in its port's allowed address pairs"),
+            T,
+            || async { project.address_pairs(id).await.ok().filter(|p| *p == want) },
+        )
+        .await?;
+    }
+    // A route someone else put on the router (outside the cluster CIDR) stays.
+    project
+        .session
+        .put(
+            &format!("{}/routers/{router}/add_extraroutes", rcp_e2e::openstack::NEUTRON),
+            serde_json::json!({"router": {"routes": [{"destination": "192.168.50.0/24", "nexthop": ips[0]}]}}),
+        )
+        .await?;
+    nodes.delete("node-1", &DeleteParams::default()).await?;
+    let mut want_after: BTreeSet<(String, String)> = [("10.244.1.0/24".to_string(), ips[0].clone())].into();
+    want_after.insert(("192.168.50.0/24".to_string(), ips[0].clone()));
+    wait_for("node-1's route removed", T, || async {
+        routes().await.filter(|r| *r == want_after)
+    })
+    .await?;
+    wait_for("node-1's address pair removed", T, || async {
+        project
+            .address_pairs(&ids[1])
+            .await
+            .ok()?
+            .is_empty()
+            .then_some(())
+    })
+    .await?;
+    Ok(())
+}
