@@ -7,6 +7,7 @@
 #     vcsim-0.24.2/{vcsim,govc}               built from Debian's govmomi sources
 #     cargo-deny-0.20.2/bin/cargo-deny        cargo install --locked
 #     cargo-nextest-0.9.143/bin/cargo-nextest  cargo install --locked (only when none is installed)
+#     (system)                                Debian's OpenStack Zed packages (hack/openstack.sh install)
 #     bin/                                    symlinks to all of the above + etcd + kubectl
 #
 # Each step prints a progress line, skips itself when its result is already cached (keyed by
@@ -15,7 +16,7 @@
 # Environment:
 #   RCP_CACHE_DIR   override the cache directory
 #   RCP_SKIP        space-separated steps to skip (apt kube-apiserver moto vcsim cargo-deny
-#                   cargo-nextest)
+#                   cargo-nextest openstack)
 set -euo pipefail
 
 PROJECT=rust-cloud-provider
@@ -260,6 +261,21 @@ if ! skipped cargo-nextest; then
     rm -rf "$CACHE/build/cargo-nextest-target"
     ln -sfn "$NT_DIR/bin/cargo-nextest" "$BIN/cargo-nextest"
     step cargo-nextest "installed: $("$NT_DIR/bin/cargo-nextest" nextest --version | head -1)"
+  fi
+fi
+
+# ---------------------------------------------------------------------------------------------
+# 7. OpenStack (keystone, glance, placement, nova, neutron, octavia, MariaDB, RabbitMQ) from
+#    Debian's packages, for the OpenStack provider's tests; configured and run by
+#    hack/openstack.sh, never as system services.
+if ! skipped openstack; then
+  t_os=$(date +%s)
+  if RCP_CACHE_DIR="$CACHE" "$(dirname "$0")/openstack.sh" install >>"$LOGS/openstack.log" 2>&1; then
+    step openstack "$(tail -n 1 "$LOGS/openstack.log" | sed 's/^\[openstack\] //') ($(($(date +%s) - t_os)) s)"
+  else
+    step openstack "FAILED (log: $LOGS/openstack.log):"
+    tail -n 25 "$LOGS/openstack.log" | sed 's/^/    /'
+    exit 1
   fi
 fi
 

@@ -45,15 +45,21 @@ hack/verify-publish.sh
 phase "cargo doc (staged crates, -D warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked --quiet \
   -p k8s-cloud-provider -p k8s-controller-manager -p k8s-legacy-cloud-provider-aws \
-  -p k8s-legacy-cloud-provider-vsphere -p vsphere-api
+  -p k8s-legacy-cloud-provider-vsphere -p k8s-legacy-cloud-provider-openstack -p vsphere-api
 
 phase "build the binaries the tests run"
 # Tests start these with `cargo build --bin <name>` (paths::workspace_binary); built here, one by
 # one exactly so, that is a no-op inside the tests instead of a build under the tests' load
 # (which made tests time out waiting for it).
-for bin in cloud-controller-manager-aws cloud-controller-manager-vsphere fake-cloud-controller-manager ecr-credential-provider; do
+for bin in cloud-controller-manager-aws cloud-controller-manager-vsphere cloud-controller-manager-openstack fake-cloud-controller-manager ecr-credential-provider; do
   cargo build --locked --quiet --bin "$bin"
 done
+
+phase "start the shared OpenStack (hack/openstack.sh)"
+# One OpenStack for the whole run (the OpenStack tests would start it on first use, under a
+# lock); stopped when this script exits.
+trap 'hack/openstack.sh stop >/dev/null 2>&1 || true' EXIT
+hack/openstack.sh start >/dev/null
 
 phase "cargo nextest run --workspace"
 cargo nextest run --workspace --locked --profile ci "${NEXTEST_ARGS[@]}"

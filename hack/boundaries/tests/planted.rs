@@ -879,20 +879,41 @@ fn the_real_tree_passes_and_reports_each_binary() {
         v.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("\n")
     );
     let report = ws.report();
-    assert_eq!(report.len(), 3, "{report:?}");
+    assert_eq!(report.len(), 4, "{report:?}");
     for line in &report {
         assert!(line.contains("other-provider-crates=[]"), "{line}");
     }
-    assert!(report[0].starts_with("cloud-controller-manager-aws") && report[0].contains("phase=2"));
+    let line = |binary: &str| {
+        report
+            .iter()
+            .find(|l| l.starts_with(&format!("{binary} ")))
+            .unwrap_or_else(|| panic!("{binary} in {report:?}"))
+            .clone()
+    };
+    let aws = line("cloud-controller-manager-aws");
+    let vsphere = line("cloud-controller-manager-vsphere");
+    let openstack = line("cloud-controller-manager-openstack");
+    let ecr = line("ecr-credential-provider");
+    assert!(aws.contains("phase=2"));
     // AWS's kubelet credential provider is AWS's binary, linking ECR and no CCM crate.
     assert!(
-        report[2].starts_with("ecr-credential-provider")
-            && report[2].contains("provider=aws")
-            && report[2].contains("aws-sdk-ecr,")
-            && !report[2].contains("cloud-provider-aws"),
-        "{}",
-        report[2]
+        ecr.contains("provider=aws") && ecr.contains("aws-sdk-ecr,") && !ecr.contains("cloud-provider-aws"),
+        "{ecr}"
     );
+    // The third provider: its two crates, and not one crate of the others (nor they of it).
+    assert!(
+        openstack.contains("provider=openstack")
+            && openstack
+                .contains("provider-owned=2:[cloud-provider-openstack,k8s-legacy-cloud-provider-openstack]"),
+        "{openstack}"
+    );
+    for needle in ["aws-sdk", "aws-config", "aws-smithy", "vsphere"] {
+        assert!(!openstack.contains(needle), "{needle} in {openstack}");
+    }
+    for other in [&aws, &vsphere, &ecr] {
+        assert!(!other.contains("openstack"), "{other}");
+    }
+    let report = [aws, vsphere];
     // The SDK's support crates count as AWS's without being listed anywhere.
     for c in [
         "aws-smithy-types",
@@ -1041,6 +1062,35 @@ fn cargo_deny_bans_a_staged_crate_depending_on_a_provider() {
     assert!(!ok, "expected bans to fail:\n{out}");
     assert!(
         out.contains("error[banned]") && out.contains("cloud-provider-aws"),
+        "{out}"
+    );
+}
+
+#[test]
+fn cargo_deny_bans_the_openstack_provider_in_another_binary_and_the_aws_sdk_in_it() {
+    let ws = copy_workspace();
+    plant(
+        ws.path(),
+        "cmd/cloud-controller-manager-aws/Cargo.toml",
+        "cloud-provider-openstack.workspace = true",
+    );
+    let (ok, out) = deny(ws.path(), "deny.toml");
+    assert!(!ok, "expected bans to fail:\n{out}");
+    assert!(
+        out.contains("error[banned]") && out.contains("cloud-provider-openstack"),
+        "{out}"
+    );
+
+    let ws = copy_workspace();
+    plant(
+        ws.path(),
+        "providers/openstack/Cargo.toml",
+        "aws-sdk-ec2.workspace = true",
+    );
+    let (ok, out) = deny(ws.path(), "deny.toml");
+    assert!(!ok, "expected bans to fail:\n{out}");
+    assert!(
+        out.contains("error[banned]") && out.contains("aws-sdk-ec2"),
         "{out}"
     );
 }

@@ -291,14 +291,14 @@ impl OpenStackClient {
         })?;
         let t = &body["token"];
         let catalog: Vec<CatalogEntry> = serde_json::from_value(t["catalog"].clone()).unwrap_or_default();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
         let lifetime = t["expires_at"]
             .as_str()
-            .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
-            .map(|exp| {
-                (exp.with_timezone(&chrono::Utc) - chrono::Utc::now())
-                    .to_std()
-                    .unwrap_or_default()
-            })
+            .and_then(unix_seconds_utc)
+            .map(|exp| Duration::from_secs(exp.saturating_sub(now)))
             .unwrap_or(Duration::from_secs(3600));
         // Renew a minute early (or halfway, for very short tokens).
         let reuse_for = lifetime.saturating_sub(Duration::from_secs(60)).max(lifetime / 2);
@@ -494,6 +494,29 @@ fn openstack_message(body: &Value) -> String {
     s.chars().take(300).collect()
 }
 
+/// Seconds since the Unix epoch of keystone's `expires_at` (`2026-11-24T20:55:12.000000Z`:
+/// UTC, `Z` or `+00:00`, fraction ignored); `None` for anything else.
+pub fn unix_seconds_utc(s: &str) -> Option<u64> {
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let time = time.strip_suffix('Z').or_else(|| time.strip_suffix("+00:00"))?;
+    let time = time.split('.').next()?;
+    let mut t = time.splitn(3, ':').map(|p| p.parse::<i64>().ok());
+    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
+}
+
 /// Percent-encodes a query value.
 pub fn query_escape(v: &str) -> String {
     url::form_urlencoded::byte_serialize(v.as_bytes()).collect()
@@ -518,6 +541,18 @@ mod tests {
             "immutable"
         );
         assert_eq!(openstack_message(&json!("plain")), "plain");
+    }
+
+    #[test]
+    fn keystone_expiry_times() {
+        assert_eq!(unix_seconds_utc("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(
+            unix_seconds_utc("2026-11-24T20:55:12.000000Z"),
+            Some(1_795_553_712)
+        );
+        assert_eq!(unix_seconds_utc("2000-03-01T00:00:00+00:00"), Some(951_868_800));
+        assert_eq!(unix_seconds_utc("2026-13-01T00:00:00Z"), None);
+        assert_eq!(unix_seconds_utc("yesterday"), None);
     }
 
     #[test]
