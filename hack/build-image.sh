@@ -9,7 +9,7 @@
 # The image config: entrypoint = the binary, user 65532:65532, no shell, no package manager.
 # Containerfile documents the same image for docker/podman/buildah users.
 #
-#   hack/build-image.sh [--profile release|dev] [--out DIR] aws|vsphere ...
+#   hack/build-image.sh [--profile release|dev] [--out DIR] aws|vsphere|openstack ...
 #
 # Output, per provider, in DIR (default target/images): <binary>/ (an OCI image layout, tag =
 # the version), <binary>.oci.tar (the same as an OCI archive) and <binary>.rootfs.tar (the root
@@ -27,11 +27,11 @@ while (($#)); do
     --profile) PROFILE=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
-    aws|vsphere) PROVIDERS+=("$1"); shift ;;
-    *) echo "build-image: unknown argument $1 (providers: aws, vsphere)" >&2; exit 2 ;;
+    aws|vsphere|openstack) PROVIDERS+=("$1"); shift ;;
+    *) echo "build-image: unknown argument $1 (providers: aws, vsphere, openstack)" >&2; exit 2 ;;
   esac
 done
-((${#PROVIDERS[@]})) || { echo "build-image: name a provider (aws, vsphere)" >&2; exit 2; }
+((${#PROVIDERS[@]})) || { echo "build-image: name a provider (aws, vsphere, openstack)" >&2; exit 2; }
 command -v umoci >/dev/null || { echo "build-image: umoci is not installed (apt-get install umoci; hack/install-test-deps.sh does it)" >&2; exit 1; }
 OUT=${OUT:-$PWD/target/images}
 mkdir -p "$OUT"

@@ -72,5 +72,13 @@ grep -q 'aws:///us-east-1' "${TMPDIR:-/tmp}/local-up-cluster.log" || {
 grep -q 'hello *LoadBalancer .*\.elb\.amazonaws\.com' "${TMPDIR:-/tmp}/local-up-cluster.log" || {
   cat "${TMPDIR:-/tmp}/local-up-cluster.log"; echo "[test.sh] local-up-cluster printed no load balancer for default/hello" >&2; exit 1; }
 
+phase "local-up-cluster --provider openstack smoke run"
+LOCAL_UP_EXIT_AFTER_START=1 hack/local-up-cluster.sh --provider openstack > "${TMPDIR:-/tmp}/local-up-cluster-openstack.log" 2>&1 || {
+  cat "${TMPDIR:-/tmp}/local-up-cluster-openstack.log"; echo "[test.sh] hack/local-up-cluster.sh --provider openstack failed" >&2; exit 1; }
+grep -q 'openstack:///' "${TMPDIR:-/tmp}/local-up-cluster-openstack.log" || {
+  cat "${TMPDIR:-/tmp}/local-up-cluster-openstack.log"; echo "[test.sh] local-up-cluster --provider openstack printed no initialised node" >&2; exit 1; }
+grep -q 'hello *LoadBalancer .*172\.24\.4\.' "${TMPDIR:-/tmp}/local-up-cluster-openstack.log" || {
+  cat "${TMPDIR:-/tmp}/local-up-cluster-openstack.log"; echo "[test.sh] local-up-cluster --provider openstack printed no floating IP for default/hello" >&2; exit 1; }
+
 phase "done"
 echo "[test.sh] all checks passed in $(( $(date +%s) - START )) s ($ROOT)"
