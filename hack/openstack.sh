@@ -87,6 +87,8 @@ username = svc
 password = $PASS
 service_token_roles_required = true
 memcached_servers =
+# No validation cache: a revoked token is refused at once (the tests revoke tokens).
+token_cache_time = -1
 EOF
 }
 service_auth() { # SECTION [ENDPOINT]

@@ -347,6 +347,30 @@ impl Project {
         )
     }
 
+    /// Revokes every token of the project's user (keystone does so when a user is disabled):
+    /// disables and re-enables the user, then logs this harness in again.
+    pub async fn revoke_tokens(&mut self) -> Result<()> {
+        let users = self
+            .admin
+            .get(&format!("{KEYSTONE}/users?name={}", self.name))
+            .await?;
+        let id = users["users"][0]["id"].as_str().unwrap_or_default().to_string();
+        for enabled in [false, true] {
+            self.admin
+                .call(
+                    reqwest::Method::PATCH,
+                    &format!("{KEYSTONE}/users/{id}"),
+                    Some(json!({"user": {"enabled": enabled}})),
+                )
+                .await?;
+        }
+        // Keystone's revocation events have a one-second resolution: a token issued in the same
+        // second as the revocation would survive it.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        self.session = Session::login(&self.name, &self.password, &self.name).await?;
+        Ok(())
+    }
+
     /// A network and a subnet `cidr`, owned by the project.
     pub async fn network(&self, name: &str, cidr: &str) -> Result<Network> {
         let s = &self.session;

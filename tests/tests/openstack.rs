@@ -49,7 +49,7 @@ async fn nodes_come_from_nova_servers_deleted_servers_delete_nodes_and_an_unreac
 -> Result<()> {
     let os = OpenStack::shared().await?;
     let cluster = TestCluster::start().await?;
-    let project: Project = os.project("nodes").await?;
+    let mut project: Project = os.project("nodes").await?;
     let net = project.network("private", "10.0.0.0/24").await?;
     let mut ids = Vec::new();
     for i in 0..3 {
@@ -92,6 +92,32 @@ async fn nodes_come_from_nova_servers_deleted_servers_delete_nodes_and_an_unreac
         );
         set_ready(&nodes, &name, "True").await?;
     }
+
+    // One token served every call so far; revoked (keystone revokes a user's tokens when the
+    // user is disabled), the next call re-authenticates once and goes on.
+    let auths = "cloudprovider_openstack_keystone_authentications_total";
+    assert_eq!(ccm.metric_value(auths).await, 1.0, "one token for every call");
+    assert!(
+        ccm.metric_value("cloudprovider_openstack_api_requests_total")
+            .await
+            >= 3.0
+    );
+    project.revoke_tokens().await?;
+    set_ready(&nodes, "node-0", "Unknown").await?;
+    wait_for("a re-authentication after the token was revoked", T, || async {
+        (ccm.metric_value(auths).await == 2.0).then_some(())
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        nodes.get_opt("node-0").await?.is_some(),
+        "node-0 deleted after the token was revoked"
+    );
+    assert_eq!(
+        ccm.metric_value(auths).await,
+        2.0,
+        "authentications after re-authenticating once"
+    );
 
     // The server of node-1 is deleted in nova: the Node goes.
     project.delete_server(&ids[1]).await?;

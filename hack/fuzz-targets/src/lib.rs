@@ -176,7 +176,12 @@ mod tests {
     /// Seeds (also the cargo-fuzz corpus: `fuzz/corpus/<target>/`) and every input a fuzzer
     /// ever crashed a target with (`fuzz/regressions/<target>/`).
     fn inputs(dir: &str, target: &str) -> Vec<Vec<u8>> {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        // CARGO_MANIFEST_DIR of the run first: a build cache shared by checkouts at other paths
+        // can hold this test binary, still fresh by its sources' times, compiled in another
+        // checkout (whose corpus may be gone).
+        let path = std::env::var_os("CARGO_MANIFEST_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
             .join("../../fuzz")
             .join(dir)
             .join(target);

@@ -283,6 +283,10 @@ impl CloudProvider for OpenStackCloud {
             .map_err(|e| CloudError::wrap("OpenStack authentication", e))
     }
 
+    fn register_metrics(&self, metrics: &k8s_controller_manager::metrics::Metrics) {
+        metrics.register(Box::new(ClientCollector::new(self.client.clone())));
+    }
+
     fn instances_v2(&self) -> Option<&dyn InstancesV2> {
         Some(self)
     }
@@ -333,6 +337,56 @@ impl InstancesV2 for OpenStackCloud {
             region: self.config.global.region.clone(),
             additional_labels: BTreeMap::new(),
         }))
+    }
+}
+
+/// `cloudprovider_openstack_keystone_authentications_total` (token requests: one per token
+/// lifetime when tokens are reused, one more after a token is revoked) and
+/// `cloudprovider_openstack_api_requests_total` (nova, neutron and octavia requests), read from
+/// the client at scrape time.
+struct ClientCollector {
+    client: Arc<OpenStackClient>,
+    descs: [prometheus::core::Desc; 2],
+}
+
+impl ClientCollector {
+    const AUTHS: (&'static str, &'static str) = (
+        "cloudprovider_openstack_keystone_authentications_total",
+        "keystone token requests (authentications)",
+    );
+    const REQUESTS: (&'static str, &'static str) = (
+        "cloudprovider_openstack_api_requests_total",
+        "OpenStack API requests (authentications excluded)",
+    );
+
+    fn new(client: Arc<OpenStackClient>) -> Self {
+        let desc = |(name, help): (&str, &str)| {
+            prometheus::core::Desc::new(name.into(), help.into(), vec![], Default::default())
+                .expect("valid metric description")
+        };
+        Self {
+            client,
+            descs: [desc(Self::AUTHS), desc(Self::REQUESTS)],
+        }
+    }
+}
+
+impl prometheus::core::Collector for ClientCollector {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let mut out = Vec::new();
+        for ((name, help), value) in [
+            (Self::AUTHS, self.client.auth_count()),
+            (Self::REQUESTS, self.client.request_count()),
+        ] {
+            let c = prometheus::IntCounter::new(name, help).expect("valid metric");
+            c.inc_by(value);
+            out.extend(prometheus::core::Collector::collect(&c));
+        }
+        out
     }
 }
 
