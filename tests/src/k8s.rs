@@ -271,6 +271,19 @@ pub fn load_balancer_service(name: &str, annotations: &[(&str, &str)], ports: &[
     }
 }
 
+/// The first `status.loadBalancer.ingress[].ip` of a Service.
+pub fn ingress_ip(s: &Service) -> Option<String> {
+    s.status
+        .as_ref()?
+        .load_balancer
+        .as_ref()?
+        .ingress
+        .as_ref()?
+        .first()?
+        .ip
+        .clone()
+}
+
 /// The first `status.loadBalancer.ingress[].hostname` of a Service.
 pub fn ingress_hostname(s: &Service) -> Option<String> {
     s.status

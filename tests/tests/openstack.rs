@@ -15,7 +15,7 @@ use rcp_e2e::{
     TestCluster,
     ccm::CcmProcess,
     fault_proxy::{Action, Rule},
-    k8s::{initialised, load_balancer_service, set_ready, tainted_node, wait_for},
+    k8s::{ingress_ip, initialised, load_balancer_service, set_ready, tainted_node, wait_for},
     openstack::{FLAVOR, OpenStack, Project},
 };
 use serde_json::Value;
@@ -191,18 +191,6 @@ async fn members(project: &Project, lb_name: &str) -> Option<BTreeSet<(String, S
             })
             .collect(),
     )
-}
-
-fn ingress_ip(s: &Service) -> Option<String> {
-    s.status
-        .as_ref()?
-        .load_balancer
-        .as_ref()?
-        .ingress
-        .as_ref()?
-        .first()?
-        .ip
-        .clone()
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ use kube::{Api, api::PostParams};
 use rcp_e2e::{
     Moto, TestCluster,
     ccm::CcmProcess,
-    k8s::{ingress_hostname, load_balancer_service, register_tainted_nodes, wait_for},
+    k8s::{ingress_hostname, ingress_ip, load_balancer_service, register_tainted_nodes, wait_for},
 };
 
 #[tokio::main]
@@ -80,6 +80,33 @@ fn print_nodes(cluster: &TestCluster) -> Result<()> {
     Ok(())
 }
 
+/// Registers `names` as kubelet would, waits for the CCM to initialise them, prints them, and
+/// creates the LoadBalancer Service `default/hello`.
+async fn nodes_and_hello(
+    cluster: &TestCluster,
+    ccm: &CcmProcess,
+    names: &[&str],
+    what: &str,
+) -> Result<Api<Service>> {
+    let client = cluster.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    register_tainted_nodes(&nodes, names, None).await?;
+    println!(
+        "local-up-cluster: created 3 Nodes with the node.cloudprovider.kubernetes.io/uninitialized taint; waiting for the CCM …"
+    );
+    wait_initialised(&nodes, ccm).await?;
+    print_nodes(cluster)?;
+    let services: Api<Service> = Api::namespaced(client, "default");
+    services
+        .create(
+            &PostParams::default(),
+            &load_balancer_service("hello", &[], &[(80, "http")]),
+        )
+        .await?;
+    println!("\nlocal-up-cluster: created the LoadBalancer Service default/hello; waiting for its {what} …");
+    Ok(services)
+}
+
 async fn openstack() -> Result<()> {
     use rcp_e2e::openstack::OpenStack;
     println!("local-up-cluster: starting (or finding) the OpenStack of hack/openstack.sh on 127.0.0.1 …");
@@ -119,36 +146,10 @@ async fn openstack() -> Result<()> {
             "--cluster-name=local-up".into(),
         ],
     )?;
-    let client = cluster.client().await?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    register_tainted_nodes(&nodes, &names, None).await?;
-    println!(
-        "local-up-cluster: created 3 Nodes with the node.cloudprovider.kubernetes.io/uninitialized taint; waiting for the CCM …"
-    );
-    wait_initialised(&nodes, &ccm).await?;
-    print_nodes(&cluster)?;
-    let services: Api<Service> = Api::namespaced(client, "default");
-    services
-        .create(
-            &PostParams::default(),
-            &load_balancer_service("hello", &[], &[(80, "http")]),
-        )
-        .await?;
-    println!(
-        "\nlocal-up-cluster: created the LoadBalancer Service default/hello; waiting for its Octavia load balancer …"
-    );
+    let services = nodes_and_hello(&cluster, &ccm, &names, "Octavia load balancer").await?;
     let ready = wait_for("Service hello's ingress IP", Duration::from_secs(120), || async {
         let s = services.get("hello").await.ok()?;
-        s.status
-            .as_ref()?
-            .load_balancer
-            .as_ref()?
-            .ingress
-            .as_ref()?
-            .first()?
-            .ip
-            .clone()
-            .map(|_| s)
+        ingress_ip(&s).map(|_| s)
     })
     .await;
     if let Err(e) = ready {
@@ -220,25 +221,8 @@ async fn aws() -> Result<()> {
         ],
         &moto.sdk_env(),
     )?;
-    let client = cluster.client().await?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    register_tainted_nodes(&nodes, &world.node_names(), None).await?;
-    println!(
-        "local-up-cluster: created 3 Nodes with the node.cloudprovider.kubernetes.io/uninitialized taint; waiting for the CCM …"
-    );
-    wait_initialised(&nodes, &ccm).await?;
-    print_nodes(&cluster)?;
-
-    let services: Api<Service> = Api::namespaced(client, "default");
-    services
-        .create(
-            &PostParams::default(),
-            &load_balancer_service("hello", &[], &[(80, "http")]),
-        )
-        .await?;
-    println!(
-        "\nlocal-up-cluster: created the LoadBalancer Service default/hello; waiting for its load balancer …"
-    );
+    let names = world.node_names();
+    let services = nodes_and_hello(&cluster, &ccm, &names, "load balancer").await?;
     let ready = wait_for(
         "Service hello's ingress hostname",
         Duration::from_secs(120),
