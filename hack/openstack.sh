@@ -506,8 +506,9 @@ cmd_stop_locked() {
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
   done
-  # epmd is started by rabbitmq on its own.
-  pkill -f "epmd.*-port 14369" 2>/dev/null || pkill -f "ERL_EPMD_PORT=14369" 2>/dev/null || true
+  # epmd (Erlang's port mapper, on our own port) is daemonised by RabbitMQ outside its process
+  # group: ask it to stop.
+  if [[ -x /usr/bin/epmd ]]; then ERL_EPMD_PORT=14369 /usr/bin/epmd -kill >/dev/null 2>&1 || true; fi
   rm -rf "$RUN"
 }
 
