@@ -475,6 +475,24 @@ impl Project {
             .with_context(|| format!("server {id} has no fixed address on {network}: {s}"))
     }
 
+    /// Stops a server (`os-stop`) and waits until nova says SHUTOFF.
+    pub async fn stop_server(&self, id: &str) -> Result<()> {
+        self.session
+            .post(&format!("{NOVA}/servers/{id}/action"), json!({"os-stop": null}))
+            .await?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let srv = self.server_json(id).await?;
+            if srv["status"] == "SHUTOFF" {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("server {id} not SHUTOFF 60 s after os-stop: {}", srv["status"]);
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
     /// Deletes a server and waits until nova answers 404 for it.
     pub async fn delete_server(&self, id: &str) -> Result<()> {
         self.session.delete(&format!("{NOVA}/servers/{id}")).await?;

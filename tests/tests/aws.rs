@@ -343,8 +343,9 @@ async fn routes_point_pod_cidrs_at_instances_and_follow_node_deletion() -> Resul
         out.reservations()[0].instances()[0].source_dest_check(),
         Some(false)
     );
-    // The NetworkUnavailable condition says the routes exist.
-    let n = wait_for("NetworkUnavailable=False", T, || async {
+    // The NetworkUnavailable condition says the routes exist. (The route controller may get
+    // there before the cloud-node controller has set the provider ID: wait for both.)
+    let n = wait_for("NetworkUnavailable=False and a provider ID", T, || async {
         let n = env
             .nodes
             .get(&env.world.instances[0].private_dns_name)
@@ -357,7 +358,8 @@ async fn routes_point_pod_cidrs_at_instances_and_follow_node_deletion() -> Resul
             .as_ref()?
             .iter()
             .any(|c| c.type_ == "NetworkUnavailable" && c.status == "False");
-        ok.then_some(n)
+        let initialised = n.spec.as_ref()?.provider_id.is_some();
+        (ok && initialised).then_some(n)
     })
     .await?;
     assert_eq!(

@@ -5,7 +5,10 @@
 use std::{collections::BTreeSet, time::Duration};
 
 use anyhow::Result;
-use k8s_cloud_provider::node::helpers::addresses;
+use k8s_cloud_provider::{
+    node::helpers::{addresses, has_taint},
+    well_known::TAINT_SHUTDOWN,
+};
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Service};
 use kube::{
     Api,
@@ -45,14 +48,14 @@ fn label(n: &Node, key: &str) -> Option<String> {
 }
 
 #[tokio::test]
-async fn nodes_come_from_nova_servers_deleted_servers_delete_nodes_and_an_unreachable_nova_deletes_nothing()
+async fn nodes_come_from_nova_servers_stopped_ones_taint_deleted_ones_delete_and_an_unreachable_nova_deletes_nothing()
 -> Result<()> {
     let os = OpenStack::shared().await?;
     let cluster = TestCluster::start().await?;
     let mut project: Project = os.project("nodes").await?;
     let net = project.network("private", "10.0.0.0/24").await?;
     let mut ids = Vec::new();
-    for i in 0..3 {
+    for i in 0..4 {
         ids.push(project.server(&format!("node-{i}"), &net).await?);
     }
     let ccm = start_ccm(
@@ -62,7 +65,7 @@ async fn nodes_come_from_nova_servers_deleted_servers_delete_nodes_and_an_unreac
         &["--node-monitor-period=1s"],
     )?;
     let nodes: Api<Node> = Api::all(cluster.client().await?);
-    for i in 0..3 {
+    for i in 0..4 {
         nodes
             .create(&PostParams::default(), &tainted_node(&format!("node-{i}")))
             .await?;
@@ -117,6 +120,18 @@ async fn nodes_come_from_nova_servers_deleted_servers_delete_nodes_and_an_unreac
         ccm.metric_value(auths).await,
         2.0,
         "authentications after re-authenticating once"
+    );
+
+    // node-3's server is stopped (SHUTOFF): the Node gets the shutdown taint and stays.
+    project.stop_server(&ids[3]).await?;
+    set_ready(&nodes, "node-3", "False").await?;
+    wait_for("shutdown taint on node-3", T, || async {
+        has_taint(&nodes.get("node-3").await.ok()?, TAINT_SHUTDOWN).then_some(())
+    })
+    .await?;
+    assert!(
+        nodes.get_opt("node-3").await?.is_some(),
+        "a stopped server's Node was deleted"
     );
 
     // The server of node-1 is deleted in nova: the Node goes.
