@@ -8,6 +8,7 @@
 use std::{path::PathBuf, time::Duration};
 
 use k8s_cloud_provider::gcfg;
+use k8s_controller_manager::duration::parse_go_duration;
 
 /// A configuration error: what is wrong and where.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -204,44 +205,6 @@ pub struct OpenStackConfig {
     pub warnings: Vec<String>,
 }
 
-/// Go's `time.ParseDuration` for the forms configs use (`500ms`, `5s`, `1m30s`, `2h`).
-pub fn parse_go_duration(value: &str) -> Option<Duration> {
-    let v = value.trim();
-    if v == "0" {
-        return Some(Duration::ZERO);
-    }
-    if v.is_empty() {
-        return None;
-    }
-    let mut total = 0f64;
-    let mut rest = v;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        if num_len == 0 {
-            return None;
-        }
-        let n: f64 = rest[..num_len].parse().ok()?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let factor = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        rest = &rest[unit_len..];
-        total += n * factor;
-    }
-    Some(Duration::from_secs_f64(total))
-}
-
 fn place(section: &gcfg::Section, e: &gcfg::Entry) -> String {
     format!("{} {} (line {})", section.display_name(), e.key, e.line)
 }
@@ -264,7 +227,7 @@ fn boolean(section: &gcfg::Section, e: &gcfg::Entry) -> Result<bool, ConfigError
 
 fn duration(section: &gcfg::Section, e: &gcfg::Entry) -> Result<Duration, ConfigError> {
     let v = text(section, e)?;
-    parse_go_duration(&v).ok_or_else(|| {
+    parse_go_duration(&v).map_err(|_| {
         ConfigError(format!(
             "{}: {v:?} is not a duration (like 5s or 1m30s)",
             place(section, e)
@@ -696,14 +659,5 @@ bs-version = v3
             "{e}"
         );
         std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(parse_go_duration("5s"), Some(Duration::from_secs(5)));
-        assert_eq!(parse_go_duration("500ms"), Some(Duration::from_millis(500)));
-        assert_eq!(parse_go_duration("1h2m"), Some(Duration::from_secs(3720)));
-        assert_eq!(parse_go_duration("5"), None);
-        assert_eq!(parse_go_duration("s"), None);
     }
 }
