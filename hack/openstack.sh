@@ -450,6 +450,8 @@ cmd_start() {
   spawn nova-api $PY /usr/bin/nova-api --config-file "$RUN/nova/nova.conf"
   spawn nova-conductor $PY /usr/bin/nova-conductor --config-file "$RUN/nova/nova.conf"
   spawn nova-scheduler $PY /usr/bin/nova-scheduler --config-file "$RUN/nova/nova.conf"
+  local compute_since
+  compute_since=$(sql_value "SELECT UTC_TIMESTAMP()")
   spawn nova-compute $PY -c 'import sys; from nova.cmd.compute import main; sys.exit(main())' --config-file "$RUN/nova/nova.conf"
   spawn octavia-worker $PY /usr/bin/octavia-worker --config-file "$RUN/octavia/octavia.conf"
   uwsgi_app octavia 19876 /usr/bin/octavia-wsgi "--config-file $RUN/octavia/octavia-api.conf"
@@ -473,6 +475,13 @@ cmd_start() {
     sleep 0.2
   done
   [[ $(sql_value "SELECT count(*) FROM placement.inventories") -gt 0 ]] || die "nova-compute reported no inventory to placement (logs: $RUN/logs/nova.log)"
+  # ... and the scheduler must see it up: a heartbeat of this start (the seed's record is old).
+  local up="SELECT count(*) FROM nova.services WHERE \`binary\` = 'nova-compute' AND deleted = 0 AND updated_at >= '$compute_since'"
+  for ((i = 0; i < 300; i++)); do
+    [[ $(sql_value "$up") -gt 0 ]] && break
+    sleep 0.2
+  done
+  [[ $(sql_value "$up") -gt 0 ]] || die "nova-compute sent no heartbeat (logs: $RUN/logs/nova.log)"
   if ((fresh)); then
     # Seed: the databases and keys of a cloud that has just been bootstrapped.
     log "keeping the seed $SEED"
