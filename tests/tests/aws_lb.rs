@@ -988,7 +988,8 @@ async fn two_nlbs_share_the_path_mtu_rule_and_deleting_one_keeps_it_for_the_othe
 }
 
 /// `NLBSecurityGroupMode = Managed`: the NLB gets its own group with the client rules, the node
-/// group admits that group instead of CIDR rules, and deletion removes both.
+/// group admits the clients and health checks by CIDR (as upstream, in every mode), and
+/// deletion removes both.
 #[tokio::test]
 async fn managed_nlb_security_group_is_attached_referenced_and_deleted() -> Result<()> {
     let env = env_with(2, "NLBSecurityGroupMode = Managed\n").await?;
@@ -1025,13 +1026,14 @@ async fn managed_nlb_security_group_is_attached_referenced_and_deleted() -> Resu
         extra_groups(&env).await?,
         vec![g.group_name().unwrap().to_string()]
     );
+    // The nodes admit the clients and the health checks by CIDR in this mode too, as
+    // upstream does (no rule naming the managed group).
     let (refs, described) = node_group_refs(&env).await?;
-    assert_eq!(refs, 1, "the node group admits the managed group");
+    assert_eq!(refs, 0, "no node rule names the managed group: {described:?}");
     assert!(
-        described
-            .iter()
-            .all(|d| !d.starts_with("kubernetes.io/rule/nlb/")),
-        "no CIDR rules on the node group in managed mode: {described:?}"
+        described.contains(&format!("kubernetes.io/rule/nlb/client={name}"))
+            && described.contains(&format!("kubernetes.io/rule/nlb/health={name}")),
+        "client and health rules on the node group: {described:?}"
     );
 
     // Switching to a bring-your-own group: it is attached, the managed group is detached,
@@ -1071,10 +1073,11 @@ async fn managed_nlb_security_group_is_attached_referenced_and_deleted() -> Resu
         ["byo-nlb"],
         "a BYO group is never deleted"
     );
-    assert_eq!(
-        node_group_refs(&env).await?.0,
-        0,
-        "the node rule admitting the BYO group went with the NLB"
+    let (refs, described) = node_group_refs(&env).await?;
+    assert_eq!(refs, 0, "no node rule names a group: {described:?}");
+    assert!(
+        described.iter().all(|d| !d.ends_with(&format!("={name}"))),
+        "the NLB's client and health rules went with it: {described:?}"
     );
     env.moto
         .ec2()

@@ -17,10 +17,10 @@ use aws_sdk_elasticloadbalancingv2::types::{
     Tag as V2Tag, TargetDescription, TargetTypeEnum,
 };
 use k8s_cloud_provider::service::helpers::default_load_balancer_name;
-use k8s_openapi::api::core::v1::{Node, NodeSpec, Service};
+use k8s_openapi::api::core::v1::{Event, Node, NodeSpec, Service};
 use kube::{
     Api,
-    api::{ObjectMeta, PostParams},
+    api::{ObjectMeta, Patch, PatchParams, PostParams},
 };
 use rcp_e2e::{
     Moto, TestCluster,
@@ -33,21 +33,35 @@ use sha1::Digest as _;
 const T: Duration = Duration::from_secs(90);
 const CLUSTER: &str = "e2e";
 
-/// What upstream's `buildTargetGroupName` names a target group: SHA-1 over the fields written
-/// one after another (written out here independently of the provider's own code).
-fn go_target_group_name(ns: &str, name: &str, port: i32, node_port: i32) -> String {
+/// A release of the Go AWS provider, for what it named and made differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GoRelease {
+    /// 1.18: target-group names without the NodePort and the health-check fields; health rules
+    /// always made.
+    V1_18,
+    /// 1.19: names with the NodePort, without the health-check fields; health rules always.
+    V1_19,
+    /// 1.20: names with both; health rules always.
+    V1_20,
+    /// Newest: names as 1.20; no health rule where the client rule covers it.
+    Newest,
+}
+
+/// What upstream's `buildTargetGroupName` of `release` names a target group: SHA-1 over the
+/// fields written one after another (written out here from the Go code of each release,
+/// independently of the provider's own code).
+fn go_target_group_name(release: GoRelease, ns: &str, name: &str, port: i32, node_port: i32) -> String {
+    let (port, node_port) = (port.to_string(), node_port.to_string());
+    let mut parts = vec![CLUSTER, ns, name, port.as_str()];
+    if release != GoRelease::V1_18 {
+        parts.push(&node_port);
+    }
+    parts.extend(["TCP", "instance"]);
+    if matches!(release, GoRelease::V1_20 | GoRelease::Newest) {
+        parts.extend(["TCP", "30"]);
+    }
     let mut h = sha1::Sha1::new();
-    for part in [
-        CLUSTER,
-        ns,
-        name,
-        &port.to_string(),
-        &node_port.to_string(),
-        "TCP",
-        "instance",
-        "TCP",
-        "30",
-    ] {
+    for part in parts {
         h.update(part.as_bytes());
     }
     let clean = |s: &str| {
@@ -203,15 +217,31 @@ async fn go_classic(moto: &Moto, world: &World, svc: &Service) -> Result<(String
     Ok((sg, out.dns_name().unwrap_or_default().to_string()))
 }
 
-/// The Go provider's NLB for `svc` (default security-group mode): NLB, target group with
-/// upstream's name and default health check, targets, listener, attributes, and the node
-/// group's client and path-MTU rules (no health rule: the client rule covers it).
+/// The Go provider's NLB for `svc` (default security-group mode), as the newest release makes
+/// it: NLB, target group with upstream's name and default health check, targets, listener,
+/// attributes, and the node group's client and path-MTU rules (no health rule: the client rule
+/// covers it).
 async fn go_nlb(moto: &Moto, world: &World, svc: &Service) -> Result<(String, String, String, String)> {
+    go_nlb_of(moto, world, svc, GoRelease::Newest).await
+}
+
+/// [`go_nlb`] as `release` made it: its target-group name and, but for the newest, a health
+/// rule from each of the NLB's subnets on the NodePort beside the client rule.
+async fn go_nlb_of(
+    moto: &Moto,
+    world: &World,
+    svc: &Service,
+    release: GoRelease,
+) -> Result<(String, String, String, String)> {
     let name = default_load_balancer_name(svc);
-    let key = "default/legacy-nlb";
+    let (ns, svc_name) = (
+        svc.metadata.namespace.as_deref().unwrap_or("default"),
+        svc.metadata.name.as_deref().unwrap_or_default(),
+    );
+    let key = format!("{ns}/{svc_name}");
     let v2 = moto.elbv2();
     let tags = [
-        ("kubernetes.io/service-name", key.to_string()),
+        ("kubernetes.io/service-name", key.clone()),
         ("kubernetes.io/cluster/e2e", "owned".to_string()),
     ];
     let v2tags = || {
@@ -237,7 +267,7 @@ async fn go_nlb(moto: &Moto, world: &World, svc: &Service) -> Result<(String, St
     let lb_arn = lb.load_balancer_arn().unwrap_or_default().to_string();
     let tg = v2
         .create_target_group()
-        .name(go_target_group_name("default", "legacy-nlb", 80, node_port(svc)))
+        .name(go_target_group_name(release, ns, svc_name, 80, node_port(svc)))
         .protocol(ProtocolEnum::Tcp)
         .port(node_port(svc))
         .vpc_id(&world.vpc_id)
@@ -302,32 +332,127 @@ async fn go_nlb(moto: &Moto, world: &World, svc: &Service) -> Result<(String, St
         )
         .send()
         .await?;
-    let rule = |proto: &str, from: i32, to: i32, desc: &str| {
+    let rule = |proto: &str, from: i32, to: i32, cidr: &str, desc: &str| {
         IpPermission::builder()
             .ip_protocol(proto)
             .from_port(from)
             .to_port(to)
-            .ip_ranges(IpRange::builder().cidr_ip("0.0.0.0/0").description(desc).build())
+            .ip_ranges(IpRange::builder().cidr_ip(cidr).description(desc).build())
             .build()
     };
-    moto.ec2()
+    let np = node_port(svc);
+    let mut grant = moto
+        .ec2()
         .authorize_security_group_ingress()
         .group_id(&world.security_group_id)
         .ip_permissions(rule(
             "tcp",
-            node_port(svc),
-            node_port(svc),
+            np,
+            np,
+            "0.0.0.0/0",
             &format!("kubernetes.io/rule/nlb/client={name}"),
-        ))
-        .ip_permissions(rule("icmp", 3, 4, "kubernetes.io/rule/nlb/mtu"))
+        ));
+    if release != GoRelease::Newest {
+        let subnets = moto
+            .ec2()
+            .describe_subnets()
+            .set_subnet_ids(Some(world.subnets.iter().map(|(_, s)| s.clone()).collect()))
+            .send()
+            .await?;
+        for s in subnets.subnets() {
+            grant = grant.ip_permissions(rule(
+                "tcp",
+                np,
+                np,
+                s.cidr_block().unwrap_or_default(),
+                &format!("kubernetes.io/rule/nlb/health={name}"),
+            ));
+        }
+    }
+    grant.send().await?;
+    // One path-MTU rule per client CIDR, shared by every NLB of the group.
+    let mtu_exists = moto
+        .ec2()
+        .describe_security_groups()
+        .group_ids(&world.security_group_id)
         .send()
-        .await?;
+        .await?
+        .security_groups()
+        .iter()
+        .flat_map(|g| g.ip_permissions())
+        .flat_map(|p| p.ip_ranges())
+        .any(|r| r.description() == Some("kubernetes.io/rule/nlb/mtu"));
+    if !mtu_exists {
+        moto.ec2()
+            .authorize_security_group_ingress()
+            .group_id(&world.security_group_id)
+            .ip_permissions(rule("icmp", 3, 4, "0.0.0.0/0", "kubernetes.io/rule/nlb/mtu"))
+            .send()
+            .await?;
+    }
     Ok((
         lb_arn,
         tg_arn,
         listener_arn,
         lb.dns_name().unwrap_or_default().to_string(),
     ))
+}
+
+/// The node group's rules, as `protocol from-to cidr description` (rules naming groups as
+/// `protocol from-to group <id>`), sorted.
+async fn node_rules(moto: &Moto, world: &World) -> Result<Vec<String>> {
+    let out = moto
+        .ec2()
+        .describe_security_groups()
+        .group_ids(&world.security_group_id)
+        .send()
+        .await?;
+    let mut rules: Vec<String> = out
+        .security_groups()
+        .iter()
+        .flat_map(|g| g.ip_permissions())
+        .flat_map(|p| {
+            let head = format!(
+                "{} {}-{}",
+                p.ip_protocol().unwrap_or_default(),
+                p.from_port().unwrap_or_default(),
+                p.to_port().unwrap_or_default()
+            );
+            p.ip_ranges()
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{head} {} {}",
+                        r.cidr_ip().unwrap_or_default(),
+                        r.description().unwrap_or_default()
+                    )
+                })
+                .chain(
+                    p.user_id_group_pairs()
+                        .iter()
+                        .map(|u| format!("{head} group {}", u.group_id().unwrap_or_default())),
+                )
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    rules.sort();
+    Ok(rules)
+}
+
+/// The `EnsuredLoadBalancer` events about `default/<name>`, counting repeats.
+async fn ensured_count(client: &kube::Client, name: &str) -> Result<i32> {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    Ok(events
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some(name)
+                && e.reason.as_deref() == Some("EnsuredLoadBalancer")
+        })
+        .map(|e| e.count.unwrap_or(1))
+        .sum())
 }
 
 /// Starts the CCM on `world` with `extra_global` lines in `[Global]`.
@@ -495,5 +620,101 @@ async fn load_balancers_made_by_the_go_provider_are_adopted_without_one_mutating
     let elbs = moto.elb().describe_load_balancers().send().await?;
     let elb = &elbs.load_balancer_descriptions()[0];
     assert_eq!(elb.security_groups(), [clb_group.as_str()]);
+    Ok(())
+}
+
+/// NLBs made by the Go provider of 1.18, 1.19 and 1.20 (target groups named as each release
+/// named them; health rules from the NLB's subnets beside the client rule, as each of them
+/// made them) are adopted as upstream's newest release adopts them: target groups found by
+/// NodePort, existing health rules left alone — not one mutating call, in the first sync and
+/// in a second one (a changed annotation makes the service controller sync every Service
+/// again).
+#[tokio::test]
+async fn nlbs_made_by_go_1_18_1_19_and_1_20_are_adopted_without_one_mutating_call() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let moto = Moto::start().await?;
+    let world = moto.build_world(CLUSTER, 2).await?;
+    let client = cluster.client().await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    ready_nodes(&Api::all(client.clone()), &world).await?;
+    let releases = [
+        ("nlb-go118", GoRelease::V1_18),
+        ("nlb-go119", GoRelease::V1_19),
+        ("nlb-go120", GoRelease::V1_20),
+    ];
+    let mut made = Vec::new();
+    for (name, release) in releases {
+        let svc = services
+            .create(
+                &PostParams::default(),
+                &load_balancer_service(name, &[("type", "nlb")], &[(80, "http")]),
+            )
+            .await?;
+        made.push((name, go_nlb_of(&moto, &world, &svc, release).await?));
+    }
+    let rules_before = node_rules(&moto, &world).await?;
+    assert_eq!(
+        rules_before
+            .iter()
+            .filter(|r| r.contains("kubernetes.io/rule/nlb/health="))
+            .count(),
+        3 * world.subnets.len(),
+        "{rules_before:#?}"
+    );
+    let tgs_before: Vec<String> = moto
+        .elbv2()
+        .describe_target_groups()
+        .send()
+        .await?
+        .target_groups()
+        .iter()
+        .filter_map(|t| t.target_group_arn().map(str::to_string))
+        .collect();
+
+    let before = moto.actions().len();
+    let ccm = start_ccm(&cluster, &moto, &world, "")?;
+    for (name, (_, _, _, dns)) in &made {
+        let svc = wait_for_ingress(&services, name, T).await?;
+        assert_eq!(ingress_hostname(&svc).as_deref(), Some(dns.as_str()));
+    }
+    // A second sync of each: the annotation change is a reason to sync (upstream's
+    // needsUpdate); each Service's EnsuredLoadBalancer count shows it was done.
+    for (name, _) in &made {
+        rcp_e2e::k8s::wait_for(&format!("the first sync of {name}"), T, || async {
+            (ensured_count(&client, name).await.ok()? >= 1).then_some(())
+        })
+        .await?;
+        services
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&serde_json::json!({"metadata": {"annotations": {"e2e/second-sync": "1"}}})),
+            )
+            .await?;
+    }
+    for (name, _) in &made {
+        rcp_e2e::k8s::wait_for(&format!("the second sync of {name}"), T, || async {
+            (ensured_count(&client, name).await.ok()? >= 2).then_some(())
+        })
+        .await?;
+    }
+    let actions = moto.actions()[before..].to_vec();
+    assert_eq!(
+        mutating(&actions),
+        Vec::<String>::new(),
+        "adoption must not change anything; the CCM's calls were {actions:?}\n{}",
+        ccm.log()
+    );
+    assert_eq!(node_rules(&moto, &world).await?, rules_before);
+    let tgs_after: Vec<String> = moto
+        .elbv2()
+        .describe_target_groups()
+        .send()
+        .await?
+        .target_groups()
+        .iter()
+        .filter_map(|t| t.target_group_arn().map(str::to_string))
+        .collect();
+    assert_eq!(tgs_after, tgs_before);
     Ok(())
 }

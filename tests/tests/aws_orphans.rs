@@ -460,3 +460,272 @@ async fn orphans_lists_and_deletes_exactly_what_no_service_owns() -> Result<()> 
     assert!(out.starts_with("No orphans"), "{out}");
     Ok(())
 }
+
+/// The mutating requests moto received since `from` (index into its recording), each as its
+/// action and its decoded parameters.
+fn mutations_since(moto: &Moto, from: usize) -> Vec<(String, BTreeMap<String, String>)> {
+    moto.requests()[from..]
+        .iter()
+        .map(|body| {
+            url::form_urlencoded::parse(body.as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect::<BTreeMap<String, String>>()
+        })
+        .filter_map(|params| Some((params.get("Action")?.clone(), params)))
+        .filter(|(a, _)| !(a.starts_with("Describe") || a.starts_with("Get") || a.starts_with("List")))
+        .collect()
+}
+
+/// A cluster whose Nodes have kubeadm-style short names (`worker-0…`, provider IDs set, the
+/// instances' private DNS names are something else), whose CCM runs with `--cluster-name=e2e`
+/// and `NLBSecurityGroupMode = Managed`: `orphans` lists no live route, group or rule (without
+/// any cluster name: the listing does not use one), `--delete` refuses without the cluster name
+/// and with one that the running CCM's Pod contradicts, and with the name read from that Pod
+/// deletes exactly the true orphans — moto's request log shows no other mutation.
+#[tokio::test]
+async fn orphans_never_touch_live_routes_groups_or_rules() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let moto = Moto::start().await?;
+    let world = moto.build_world("e2e", 3).await?;
+    let config = cluster.dir().join("cloud.conf");
+    std::fs::write(
+        &config,
+        moto.cloud_config(&world)
+            .replacen("[Global]\n", "[Global]\nNLBSecurityGroupMode = Managed\n", 1),
+    )?;
+    let kubeconfig = cluster.ccm_kubeconfig("aws/base")?;
+    let client = cluster.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut workers = Vec::new();
+    for (i, instance) in world.instances.iter().enumerate() {
+        let name = format!("worker-{i}");
+        assert_ne!(name, instance.private_dns_name);
+        nodes
+            .create(
+                &PostParams::default(),
+                &rcp_e2e::k8s::node_with_provider_id(&name, &instance.provider_id()),
+            )
+            .await?;
+        rcp_e2e::k8s::set_ready(&nodes, &name, "True").await?;
+        workers.push((name, instance.id.clone()));
+    }
+    let mut ccm = CcmProcess::start_with_env(
+        "cloud-controller-manager-aws",
+        "ccm-aws-orphans-live",
+        &kubeconfig,
+        cluster.dir(),
+        &[
+            format!("--cloud-config={}", config.display()),
+            "--leader-elect=false".into(),
+            "--cluster-name=e2e".into(),
+        ],
+        &moto.sdk_env(),
+    )?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    for (name, annotations) in [
+        ("live-nlb", vec![("type", "nlb")]),
+        ("gone-nlb", vec![("type", "nlb")]),
+        ("live-clb", vec![]),
+    ] {
+        services
+            .create(
+                &PostParams::default(),
+                &load_balancer_service(name, &annotations, &[(80, "http")]),
+            )
+            .await?;
+    }
+    for name in ["live-nlb", "gone-nlb", "live-clb"] {
+        wait_for_ingress(&services, name, T).await?;
+    }
+    let lb_name = |svc: &Service| k8s_cloud_provider::service::helpers::default_load_balancer_name(svc);
+    let live_nlb = lb_name(&services.get("live-nlb").await?);
+    let gone = services.get("gone-nlb").await?;
+    let gone_nlb = lb_name(&gone);
+    let v2 = moto.elbv2();
+    let groups_of = |name: String| {
+        let v2 = v2.clone();
+        async move {
+            let out = v2.describe_load_balancers().names(name).send().await?;
+            anyhow::Ok((
+                out.load_balancers()[0]
+                    .load_balancer_arn()
+                    .unwrap_or_default()
+                    .to_string(),
+                out.load_balancers()[0].security_groups().to_vec(),
+            ))
+        }
+    };
+    let (_, live_groups) = groups_of(live_nlb.clone()).await?;
+    let (gone_arn, gone_groups) = groups_of(gone_nlb.clone()).await?;
+    assert_eq!(live_groups.len(), 1, "the live NLB has its managed group");
+    assert_eq!(gone_groups.len(), 1, "the gone NLB has its managed group");
+    let gone_tgs: Vec<String> = v2
+        .describe_target_groups()
+        .load_balancer_arn(&gone_arn)
+        .send()
+        .await?
+        .target_groups()
+        .iter()
+        .filter_map(|t| t.target_group_arn().map(str::to_string))
+        .collect();
+
+    // The CCM stops; gone-nlb loses its finalizer by hand and is deleted.
+    ccm.signal(Signal::SIGTERM)?;
+    ccm.wait_exit(Duration::from_secs(30))?;
+    services
+        .patch(
+            "gone-nlb",
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"metadata": {"finalizers": null}})),
+        )
+        .await?;
+    services.delete("gone-nlb", &DeleteParams::default()).await?;
+    // Pod routes: one per worker (live), one to an instance without a Node (an orphan).
+    let extra = moto.run_instances(&world, 1).await?;
+    for (i, (_, instance)) in workers.iter().enumerate() {
+        moto.ec2()
+            .create_route()
+            .route_table_id(&world.route_table_id)
+            .destination_cidr_block(format!("10.244.{i}.0/24"))
+            .instance_id(instance)
+            .send()
+            .await?;
+    }
+    moto.ec2()
+        .create_route()
+        .route_table_id(&world.route_table_id)
+        .destination_cidr_block("10.244.9.0/24")
+        .instance_id(&extra[0].id)
+        .send()
+        .await?;
+    let routes_before = routes(&moto, &world.route_table_id).await?;
+    let node_rules_before = node_group_sources(&moto, &world.security_group_id).await?;
+
+    // The listing, without any cluster name, as the cluster's administrator runs it.
+    let listing = vec![
+        format!("--cloud-config={}", config.display()),
+        format!("--kubeconfig={}", cluster.kubeconfig_path().display()),
+        "--cluster-cidr=10.244.0.0/16".to_string(),
+    ];
+    let (code, out, err) = orphans(&moto, &listing)?;
+    println!("{out}");
+    assert_eq!(code, 0, "{err}");
+    let mut listed: Vec<(String, String)> = out
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let mut cols = l.split_whitespace();
+            let kind = cols.next()?.to_string();
+            let _name = cols.next()?;
+            let id = cols.next()?.to_string();
+            matches!(
+                kind.as_str(),
+                "classic-elb" | "nlb" | "target-group" | "security-group" | "route" | "sg-rule"
+            )
+            .then_some((kind, id))
+        })
+        .collect();
+    listed.sort();
+    let mut expected: Vec<(String, String)> = vec![
+        ("nlb".into(), gone_arn.clone()),
+        ("security-group".into(), gone_groups[0].clone()),
+        ("route".into(), "10.244.9.0/24".into()),
+    ];
+    expected.extend(gone_tgs.iter().map(|t| ("target-group".to_string(), t.clone())));
+    expected.sort();
+    assert_eq!(listed, expected, "exactly the true orphans:\n{out}");
+
+    // --delete without a cluster name and no CCM Pod to read it from: refused, nothing changes.
+    let before = moto.requests().len();
+    let mut delete = listing.clone();
+    delete.extend(["--delete".to_string(), "--yes".to_string()]);
+    let (code, out, err) = orphans(&moto, &delete)?;
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(err.contains("--delete needs the CCM's cluster name"), "{err}");
+    assert_eq!(mutations_since(&moto, before), vec![]);
+
+    // The CCM as a Pod in kube-system (never scheduled here; its spec is what counts).
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "kube-system");
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "cloud-controller-manager-abcde"},
+            "spec": {
+                "serviceAccountName": "cloud-controller-manager",
+                "automountServiceAccountToken": false,
+                "containers": [{
+                    "name": "cloud-controller-manager",
+                    "image": "cloud-controller-manager-aws:test",
+                    "command": ["/cloud-controller-manager-aws"],
+                    "args": ["--cloud-provider=aws", "--cluster-name=e2e", "--leader-elect=true"]
+                }]
+            }
+        }))?,
+    )
+    .await?;
+    // A stated name the running CCM contradicts: refused, nothing changes.
+    let mut contradicted = delete.clone();
+    contradicted.push("--cluster-name=kubernetes".into());
+    let (code, out, err) = orphans(&moto, &contradicted)?;
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(
+        err.contains("--cluster-name=kubernetes but the CCM in Pod kube-system/cloud-controller-manager-abcde runs with --cluster-name=e2e"),
+        "{err}"
+    );
+    assert_eq!(mutations_since(&moto, before), vec![]);
+
+    // The name read from the Pod: exactly the true orphans go.
+    let (code, out, err) = orphans(&moto, &delete)?;
+    println!("{out}");
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains(
+            "Cluster name \"e2e\", as the CCM in Pod kube-system/cloud-controller-manager-abcde runs with."
+        ),
+        "{out}"
+    );
+    assert!(out.contains("Deletion plan"), "{out}");
+    let mutations = mutations_since(&moto, before);
+    println!("{mutations:#?}");
+    for (action, params) in &mutations {
+        let target = |key: &str| params.get(key).cloned().unwrap_or_default();
+        match action.as_str() {
+            "DeleteLoadBalancer" => assert_eq!(target("LoadBalancerArn"), gone_arn),
+            "DeleteListener" => {} // listeners of the gone NLB (checked by what is left below)
+            "DeleteTargetGroup" => assert!(gone_tgs.contains(&target("TargetGroupArn")), "{params:?}"),
+            "DeleteSecurityGroup" => assert_eq!(target("GroupId"), gone_groups[0]),
+            "DeleteRoute" => assert_eq!(target("DestinationCidrBlock"), "10.244.9.0/24"),
+            "RevokeSecurityGroupIngress" => {
+                // Only rules that name the gone NLB.
+                let described: Vec<&String> = params
+                    .iter()
+                    .filter(|(k, _)| k.ends_with(".Description"))
+                    .map(|(_, v)| v)
+                    .collect();
+                assert!(
+                    !described.is_empty() && described.iter().all(|d| d.ends_with(&format!("={gone_nlb}"))),
+                    "{params:?}"
+                );
+            }
+            other => panic!("unexpected mutation {other}: {params:?}"),
+        }
+    }
+    assert!(mutations.iter().any(|(a, _)| a == "DeleteLoadBalancer"));
+    assert!(mutations.iter().any(|(a, _)| a == "DeleteSecurityGroup"));
+    assert!(mutations.iter().any(|(a, _)| a == "DeleteRoute"));
+    // What is alive is as it was.
+    let routes_after = routes(&moto, &world.route_table_id).await?;
+    let mut expected_routes = routes_before.clone();
+    expected_routes.retain(|r| r != "10.244.9.0/24");
+    assert_eq!(routes_after, expected_routes);
+    let node_rules_after = node_group_sources(&moto, &world.security_group_id).await?;
+    let mut expected_rules = node_rules_before.clone();
+    expected_rules.retain(|r| !r.ends_with(&format!("={gone_nlb}")));
+    assert_eq!(node_rules_after, expected_rules);
+    let (_, live_groups_after) = groups_of(live_nlb.clone()).await?;
+    assert_eq!(live_groups_after, live_groups);
+    let (code, out, _) = orphans(&moto, &listing)?;
+    assert_eq!(code, 0);
+    assert!(out.starts_with("No orphans"), "{out}");
+    Ok(())
+}

@@ -96,7 +96,10 @@ impl AwsCloud {
         Ok(id)
     }
 
-    async fn describe_table(&self, table_id: &str) -> CloudResult<Vec<aws_sdk_ec2::types::RouteTable>> {
+    pub(crate) async fn describe_table(
+        &self,
+        table_id: &str,
+    ) -> CloudResult<Vec<aws_sdk_ec2::types::RouteTable>> {
         let out = self
             .api
             .call(
@@ -156,7 +159,7 @@ impl AwsCloud {
             .map(|_| ())
     }
 
-    async fn delete_cidr_route(&self, table_id: &str, cidr: &str) -> Result<(), AwsError> {
+    pub(crate) async fn delete_cidr_route(&self, table_id: &str, cidr: &str) -> Result<(), AwsError> {
         self.api
             .call(
                 "delete_route",

@@ -19,7 +19,7 @@ use aws_sdk_ec2::types::SecurityGroup;
 use aws_sdk_elasticloadbalancingv2::types::{
     Action, ActionTypeEnum, Certificate, Listener, LoadBalancer as Nlb, LoadBalancerAttribute,
     LoadBalancerSchemeEnum, LoadBalancerTypeEnum, ProtocolEnum, SubnetMapping, Tag, TargetDescription,
-    TargetGroupAttribute, TargetTypeEnum,
+    TargetGroup, TargetGroupAttribute, TargetTypeEnum,
 };
 use k8s_cloud_provider::{
     CloudError, CloudResult,
@@ -62,7 +62,11 @@ pub struct TgHealth {
     pub unhealthy: i32,
 }
 
-/// AWS-44.
+/// AWS-44, in upstream's order (`buildNLBHealthCheckConfiguration`): the defaults (TCP on the
+/// traffic port, or HTTP on the health-check NodePort for `externalTrafficPolicy: Local`), then
+/// the protocol, path and port annotations, then the Shared health-probe mode
+/// (`shared_probe`, only for Services that are not `Local`), which overrides those three, then
+/// the interval and threshold annotations.
 pub fn health(svc: &Service, opts: &LbOptions, shared_probe: Option<(i32, String)>) -> TgHealth {
     let mut h = match service_health_check_path_port(svc) {
         Some((path, port)) => TgHealth {
@@ -73,23 +77,13 @@ pub fn health(svc: &Service, opts: &LbOptions, shared_probe: Option<(i32, String
             healthy: 2,
             unhealthy: 2,
         },
-        None => match shared_probe {
-            Some((port, path)) => TgHealth {
-                protocol: "HTTP".into(),
-                port: port.to_string(),
-                path: Some(path),
-                interval: 30,
-                healthy: 3,
-                unhealthy: 3,
-            },
-            None => TgHealth {
-                protocol: "TCP".into(),
-                port: "traffic-port".into(),
-                path: None,
-                interval: 30,
-                healthy: 3,
-                unhealthy: 3,
-            },
+        None => TgHealth {
+            protocol: "TCP".into(),
+            port: "traffic-port".into(),
+            path: None,
+            interval: 30,
+            healthy: 3,
+            unhealthy: 3,
         },
     };
     if let Some(p) = &opts.hc_protocol {
@@ -99,13 +93,18 @@ pub fn health(svc: &Service, opts: &LbOptions, shared_probe: Option<(i32, String
             _ => h.path.or_else(|| Some("/".into())),
         };
     }
-    if let Some(p) = &opts.hc_port {
-        h.port = p.clone();
-    }
     if let Some(p) = &opts.hc_path
         && h.protocol != "TCP"
     {
         h.path = Some(p.clone());
+    }
+    if let Some(p) = &opts.hc_port {
+        h.port = p.clone();
+    }
+    if let Some((port, path)) = shared_probe {
+        h.protocol = "HTTP".into();
+        h.port = port.to_string();
+        h.path = Some(path);
     }
     if let Some(i) = opts.hc_interval {
         h.interval = i;
@@ -166,6 +165,28 @@ fn tg_protocol(port: &LbPort, opts: &LbOptions) -> (String, String) {
     (listener, target)
 }
 
+/// Which of an NLB's node-group rules a reconciliation manages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NlbRules {
+    /// Client and health-check rules.
+    ClientAndHealth,
+    /// Client rules only: health-check rules are neither made nor revoked (upstream, when the
+    /// client rule covers them).
+    ClientOnly,
+}
+
+/// Whether an existing target group serves a port as upstream's `ensureLoadBalancerv2` keeps
+/// it: on the NodePort, with the target protocol, and with the health-check protocol and
+/// interval (which AWS cannot change in place) of `h`. Anything else is replaced.
+fn target_group_fits(tg: &TargetGroup, node_port: i32, target_protocol: &str, h: &TgHealth) -> bool {
+    tg.port() == Some(node_port)
+        && tg.protocol().map(|p| p.as_str()) == Some(target_protocol)
+        && tg
+            .health_check_protocol()
+            .is_some_and(|p| p.as_str().eq_ignore_ascii_case(&h.protocol))
+        && tg.health_check_interval_seconds() == Some(h.interval)
+}
+
 fn tags(pairs: &[(String, String)]) -> Vec<Tag> {
     pairs
         .iter()
@@ -224,7 +245,8 @@ impl AwsCloud {
         let mut lb = self.describe_nlb(name).await?;
         // Security groups: only in managed mode, and never on an NLB made without any (AWS
         // cannot add groups to such an NLB; upstream leaves it alone too).
-        let mut group: Option<String> = None;
+        // The group this provider manages for the NLB (managed mode without BYO groups).
+        let mut managed_group: Option<String> = None;
         let managed_mode = self.config.nlb_security_group_mode == "Managed";
         let no_groups_nlb = lb.as_ref().is_some_and(|l| l.security_groups().is_empty());
         if managed_mode && no_groups_nlb {
@@ -246,7 +268,7 @@ impl AwsCloud {
                     .await?;
                 (vec![id.clone()], Some(id))
             };
-            group = groups.first().cloned();
+            managed_group = managed_id.clone();
             match &lb {
                 Some(existing) => {
                     let have: BTreeSet<String> = existing.security_groups().iter().cloned().collect();
@@ -323,12 +345,36 @@ impl AwsCloud {
             .filter_map(|l| Some((l.port()?, l)))
             .collect();
         let mut obsolete_tgs: BTreeSet<String> = BTreeSet::new();
+        // The NLB's target groups, found as upstream finds them: by NodePort (and target
+        // protocol), never by name. The name only names a new one, so a group made by an
+        // older provider (up to Go 1.18 the name lacked the NodePort, up to 1.19 the
+        // health-check fields) is kept as long as what cannot change on it still matches.
+        let attached = if existing.is_empty() {
+            Vec::new()
+        } else {
+            self.nlb_target_groups(name, &arn).await?
+        };
         for p in ports {
             let (listener_proto, target_proto) = tg_protocol(p, opts);
-            let tg_name = target_group_name(&self.cluster_id, svc, p, &target_proto, &h);
-            let (tg_arn, created) = self
-                .ensure_target_group(&tg_name, &vpc, p, &target_proto, &h, &resource_tags)
-                .await?;
+            let reusable = existing
+                .contains_key(&p.port)
+                .then(|| {
+                    attached
+                        .iter()
+                        .find(|tg| target_group_fits(tg, p.node_port, &target_proto, &h))
+                })
+                .flatten();
+            let (tg_arn, created) = match reusable {
+                Some(tg) => {
+                    self.sync_tg_health_check(tg, &h).await?;
+                    (tg.target_group_arn().unwrap_or_default().to_string(), false)
+                }
+                None => {
+                    let tg_name = target_group_name(&self.cluster_id, svc, p, &target_proto, &h);
+                    self.ensure_target_group(&tg_name, &vpc, p, &target_proto, &h, &resource_tags)
+                        .await?
+                }
+            };
             if created {
                 // Until a listener points at it, it could leak: swept at the end.
                 self.tg_sweep_pending.lock().insert(key.clone());
@@ -390,26 +436,26 @@ impl AwsCloud {
         }
         self.sync_nlb_attributes(&arn, opts).await?;
         if !self.config.disable_security_group_ingress {
-            match &group {
-                Some(g) => self.sync_node_group_access(g, instances).await?,
-                None => {
-                    // Health rules admit the NLB's own subnets (upstream: the subnets of the
-                    // NLB's availability zones).
-                    let own: Vec<String> = lb
-                        .availability_zones()
-                        .iter()
-                        .filter_map(|z| z.subnet_id().map(str::to_string))
-                        .collect();
-                    let health_cidrs: Vec<String> = self
-                        .describe_subnets(&own)
-                        .await?
-                        .into_iter()
-                        .map(|s| s.cidr)
-                        .filter(|c| !c.is_empty())
-                        .collect();
-                    self.sync_nlb_node_rules(name, ports, &client_cidrs, &health_cidrs, &h, instances)
-                        .await?
-                }
+            // In every security-group mode, as upstream: the nodes admit the clients' CIDRs
+            // and, for health checks, the NLB's own subnets (the subnets of its zones).
+            let own: Vec<String> = lb
+                .availability_zones()
+                .iter()
+                .filter_map(|z| z.subnet_id().map(str::to_string))
+                .collect();
+            let health_cidrs: Vec<String> = self
+                .describe_subnets(&own)
+                .await?
+                .into_iter()
+                .map(|s| s.cidr)
+                .filter(|c| !c.is_empty())
+                .collect();
+            self.sync_nlb_node_rules(name, ports, &client_cidrs, &health_cidrs, &h, instances)
+                .await?;
+            // Earlier versions of this provider opened the nodes to the managed group itself
+            // (all traffic from the group); that rule goes once the CIDR rules are in place.
+            if let Some(g) = &managed_group {
+                self.release_node_access(name, g).await?;
             }
         }
         let active = lb
@@ -572,6 +618,51 @@ impl AwsCloud {
             .ok_or_else(|| CloudError::msg(format!("CreateLoadBalancer {name} returned nothing")))
     }
 
+    /// The target groups of the NLB `arn`. No target group at all is "not found" (moto; a
+    /// failed first listener): an empty list.
+    async fn nlb_target_groups(&self, name: &str, arn: &str) -> CloudResult<Vec<TargetGroup>> {
+        let r = self
+            .api
+            .call(
+                "elbv2_describe_target_groups",
+                self.elbv2.describe_target_groups().load_balancer_arn(arn).send(),
+            )
+            .await;
+        Ok(not_found_as_none(r, &["TargetGroupNotFound"])
+            .map_err(|e| cloud_error(format!("listing target groups of {name}"), e))?
+            .map(|o| o.target_groups().to_vec())
+            .unwrap_or_default())
+    }
+
+    /// Brings the health check of an existing target group to `h` where it can change in
+    /// place (port, thresholds, path); one `ModifyTargetGroup` only when something differs.
+    async fn sync_tg_health_check(&self, tg: &TargetGroup, h: &TgHealth) -> CloudResult<()> {
+        let differs = tg.health_check_port() != Some(h.port.as_str())
+            || tg.healthy_threshold_count() != Some(h.healthy)
+            || tg.unhealthy_threshold_count() != Some(h.unhealthy)
+            || (h.path.is_some() && tg.health_check_path() != h.path.as_deref());
+        if !differs {
+            return Ok(());
+        }
+        let name = tg.target_group_name().unwrap_or_default();
+        self.api
+            .call(
+                "elbv2_modify_target_group",
+                self.elbv2
+                    .modify_target_group()
+                    .target_group_arn(tg.target_group_arn().unwrap_or_default())
+                    .health_check_port(&h.port)
+                    .healthy_threshold_count(h.healthy)
+                    .unhealthy_threshold_count(h.unhealthy)
+                    .set_health_check_path(h.path.clone())
+                    .send(),
+            )
+            .await
+            .map_err(|e| cloud_error(format!("updating the health check of {name}"), e))?;
+        Ok(())
+    }
+
+    /// The target group named `tg_name` (AWS-43), made when there is none: `(ARN, created)`.
     async fn ensure_target_group(
         &self,
         tg_name: &str,
@@ -591,28 +682,8 @@ impl AwsCloud {
         let found = not_found_as_none(r, &["TargetGroupNotFound"])
             .map_err(|e| cloud_error(format!("describing target group {tg_name}"), e))?;
         if let Some(tg) = found.and_then(|o| o.target_groups().first().cloned()) {
-            let arn = tg.target_group_arn().unwrap_or_default().to_string();
-            let differs = tg.health_check_port() != Some(h.port.as_str())
-                || tg.healthy_threshold_count() != Some(h.healthy)
-                || tg.unhealthy_threshold_count() != Some(h.unhealthy)
-                || (h.path.is_some() && tg.health_check_path() != h.path.as_deref());
-            if differs {
-                self.api
-                    .call(
-                        "elbv2_modify_target_group",
-                        self.elbv2
-                            .modify_target_group()
-                            .target_group_arn(&arn)
-                            .health_check_port(&h.port)
-                            .healthy_threshold_count(h.healthy)
-                            .unhealthy_threshold_count(h.unhealthy)
-                            .set_health_check_path(h.path.clone())
-                            .send(),
-                    )
-                    .await
-                    .map_err(|e| cloud_error(format!("updating the health check of {tg_name}"), e))?;
-            }
-            return Ok((arn, false));
+            self.sync_tg_health_check(&tg, h).await?;
+            return Ok((tg.target_group_arn().unwrap_or_default().to_string(), false));
         }
         let out = self
             .api
@@ -840,7 +911,8 @@ impl AwsCloud {
             }
         }
         // The health rules are a subset of the client rule when that admits everyone over TCP
-        // on the same ports.
+        // on the same ports: then, as upstream, none is made, and health rules that exist (an
+        // older provider made them) are left as they are.
         let covered =
             client_cidrs == ["0.0.0.0/0"] && client_protocol == "tcp" && health_ports == client_ports;
         if !covered {
@@ -858,29 +930,40 @@ impl AwsCloud {
         }
         let refs: Vec<&InstanceInfo> = instances.iter().map(|i| i.as_ref()).collect();
         let node_groups = self.node_security_groups(&refs).await?;
+        let managed = if covered {
+            NlbRules::ClientOnly
+        } else {
+            NlbRules::ClientAndHealth
+        };
         for g in node_groups.values() {
-            self.reconcile_nlb_rules(g, name, &rules).await?;
+            self.reconcile_nlb_rules(g, name, &rules, managed).await?;
         }
         for g in self.cluster_security_groups().await? {
             if !node_groups.contains_key(g.group_id().unwrap_or_default()) {
-                self.reconcile_nlb_rules(&g, name, &[]).await?;
+                self.reconcile_nlb_rules(&g, name, &[], NlbRules::ClientAndHealth)
+                    .await?;
             }
         }
         Ok(())
     }
 
-    /// Makes the rules of `group` described as the NLB `name`'s client or health rules exactly
-    /// `wanted`, then the group's path-MTU rules match its client rules (any NLB's). A path-MTU
-    /// rule in the form of earlier versions of this provider (`…/mtu=<name>`) is taken over and
-    /// re-described, never doubled.
+    /// Makes the rules of `group` described as the NLB `name`'s client (and, with
+    /// [`NlbRules::ClientAndHealth`], health) rules exactly `wanted`, then the group's
+    /// path-MTU rules match its client rules (any NLB's). A path-MTU rule in the form of
+    /// earlier versions of this provider (`…/mtu=<name>`) is taken over and re-described,
+    /// never doubled.
     pub(crate) async fn reconcile_nlb_rules(
         &self,
         group: &SecurityGroup,
         name: &str,
         wanted: &[CidrRule],
+        managed: NlbRules,
     ) -> CloudResult<()> {
         let id = group.group_id().unwrap_or_default();
-        let ours = [format!("{RULE_CLIENT}{name}"), format!("{RULE_HEALTH}{name}")];
+        let mut ours = vec![format!("{RULE_CLIENT}{name}")];
+        if managed == NlbRules::ClientAndHealth {
+            ours.push(format!("{RULE_HEALTH}{name}"));
+        }
         let mut have = super::network::cidr_rules(group);
         let revoke: Vec<CidrRule> = have
             .iter()
@@ -955,7 +1038,8 @@ impl AwsCloud {
                 .iter()
                 .any(|r| ours.contains(&r.description))
             {
-                self.reconcile_nlb_rules(&g, name, &[]).await?;
+                self.reconcile_nlb_rules(&g, name, &[], NlbRules::ClientAndHealth)
+                    .await?;
             }
         }
         Ok(())
@@ -1130,23 +1214,12 @@ impl AwsCloud {
                 self.release_node_access(name, primary).await?;
             }
             let arn = lb.load_balancer_arn().unwrap_or_default().to_string();
-            let r = self
-                .api
-                .call(
-                    "elbv2_describe_target_groups",
-                    self.elbv2.describe_target_groups().load_balancer_arn(&arn).send(),
-                )
-                .await;
-            // No target group at all is "not found" (moto; a failed first listener).
-            let tg_arns: Vec<String> = not_found_as_none(r, &["TargetGroupNotFound"])
-                .map_err(|e| cloud_error(format!("listing target groups of {name}"), e))?
-                .map(|o| {
-                    o.target_groups()
-                        .iter()
-                        .filter_map(|t| t.target_group_arn().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let tg_arns: Vec<String> = self
+                .nlb_target_groups(name, &arn)
+                .await?
+                .iter()
+                .filter_map(|t| t.target_group_arn().map(str::to_string))
+                .collect();
             for l in self.nlb_listeners(name, &arn).await? {
                 let r = self
                     .api
@@ -1393,6 +1466,29 @@ mod tests {
         assert_eq!(
             (h.protocol.as_str(), h.path.as_deref(), h.interval),
             ("HTTPS", Some("/ok"), 20)
+        );
+    }
+
+    #[test]
+    fn shared_health_probe_mode_overrides_protocol_path_and_port_annotations_as_upstream() {
+        let o = LbOptions {
+            hc_protocol: Some("TCP".into()),
+            hc_port: Some("8080".into()),
+            hc_path: Some("/mine".into()),
+            hc_interval: Some(20),
+            hc_healthy: Some(4),
+            ..Default::default()
+        };
+        assert_eq!(
+            health(&svc(), &o, Some((10256, "/healthz".into()))),
+            TgHealth {
+                protocol: "HTTP".into(),
+                port: "10256".into(),
+                path: Some("/healthz".into()),
+                interval: 20,
+                healthy: 4,
+                unhealthy: 3
+            }
         );
     }
 }
