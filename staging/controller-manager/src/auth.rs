@@ -18,14 +18,19 @@
 //!   paths and groups is denied.
 //!
 //! Both kubeconfigs are optional as upstream: when empty, the in-cluster configuration is used,
-//! and outside a cluster the part is switched off with a warning.
+//! and outside a cluster the part is switched off with a warning. Each of the two clients sends
+//! at most [`REVIEW_QPS`] reviews a second in bursts of [`REVIEW_BURST`], each within
+//! [`REVIEW_TIMEOUT`], as upstream's delegating clients: a flood of made-up tokens costs the API
+//! server no more than that (a review that would have to wait past the timeout is not sent,
+//! and the request answers 401, or 500 for authorization). Answers are kept in LRU caches of
+//! [`CACHE_CAPACITY`] entries each.
 //!
 //! Differences from upstream: the `--requestheader-*` front-proxy authentication is not
 //! implemented (requests carrying `X-Remote-User` are treated like any other); the client CA
 //! from the ConfigMap is read once at start, not watched.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::BTreeMap,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -108,6 +113,12 @@ pub struct DelegationOptions {
     pub authorized_ttl: Duration,
     /// `--authorization-webhook-cache-unauthorized-ttl` (default 10 s).
     pub unauthorized_ttl: Duration,
+    /// Reviews a second each client sends at most ([`REVIEW_QPS`]).
+    pub review_qps: f64,
+    /// Reviews each client may send at once ([`REVIEW_BURST`]).
+    pub review_burst: u32,
+    /// Time for one review ([`REVIEW_TIMEOUT`]).
+    pub review_timeout: Duration,
 }
 
 impl std::fmt::Debug for DelegationOptions {
@@ -120,6 +131,9 @@ impl std::fmt::Debug for DelegationOptions {
             .field("always_allow_groups", &self.always_allow_groups)
             .field("authorized_ttl", &self.authorized_ttl)
             .field("unauthorized_ttl", &self.unauthorized_ttl)
+            .field("review_qps", &self.review_qps)
+            .field("review_burst", &self.review_burst)
+            .field("review_timeout", &self.review_timeout)
             .finish()
     }
 }
@@ -135,6 +149,9 @@ impl DelegationOptions {
             always_allow_groups: vec!["system:masters".into()],
             authorized_ttl: Duration::from_secs(10),
             unauthorized_ttl: Duration::from_secs(10),
+            review_qps: REVIEW_QPS,
+            review_burst: REVIEW_BURST,
+            review_timeout: REVIEW_TIMEOUT,
         }
     }
 }
@@ -206,45 +223,119 @@ impl Refusal {
     }
 }
 
-/// A small map of answers with an expiry each; expired entries are dropped as new ones arrive,
-/// and it never holds more than `CACHE_CAPACITY` entries.
+/// Answers with an expiry each, the least recently used dropped first when
+/// [`CACHE_CAPACITY`] entries are held (a flood of new keys never empties the cache whole).
 struct TtlCache<V> {
-    entries: Mutex<HashMap<CacheKey, (Instant, V)>>,
+    entries: Mutex<lru::LruCache<CacheKey, (Instant, V)>>,
 }
 
-const CACHE_CAPACITY: usize = 4096;
+/// Entries of each decision cache.
+pub const CACHE_CAPACITY: usize = 4096;
 
 type CacheKey = [u8; 32];
 
 impl<V: Clone> TtlCache<V> {
     fn new() -> Self {
         Self {
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(CACHE_CAPACITY).unwrap_or(std::num::NonZeroUsize::MIN),
+            )),
         }
     }
 
     fn get(&self, key: CacheKey) -> Option<V> {
-        let entries = self.entries.lock();
-        entries
-            .get(&key)
-            .filter(|(expires, _)| *expires > Instant::now())
-            .map(|(_, v)| v.clone())
+        let mut entries = self.entries.lock();
+        match entries.get(&key) {
+            Some((expires, v)) if *expires > Instant::now() => Some(v.clone()),
+            Some(_) => {
+                entries.pop(&key);
+                None
+            }
+            None => None,
+        }
     }
 
     fn put(&self, key: CacheKey, value: V, ttl: Duration) {
         if ttl.is_zero() {
             return;
         }
-        let mut entries = self.entries.lock();
-        if entries.len() >= CACHE_CAPACITY {
-            let now = Instant::now();
-            entries.retain(|_, (expires, _)| *expires > now);
-            if entries.len() >= CACHE_CAPACITY {
-                entries.clear();
-            }
-        }
-        entries.insert(key, (Instant::now() + ttl, value));
+        self.entries.lock().put(key, (Instant::now() + ttl, value));
     }
+}
+
+/// Reviews a second each delegated client sends at most (upstream's delegating clients: QPS 200).
+pub const REVIEW_QPS: f64 = 200.0;
+/// Reviews each delegated client may send at once before [`REVIEW_QPS`] applies (upstream: 400).
+pub const REVIEW_BURST: u32 = 400;
+/// Time for one review, waiting for the rate limit included (upstream: 10 s).
+pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A token bucket (as client-go's rate limiter): `burst` reviews at once, refilled at `qps`.
+struct RateLimiter {
+    qps: f64,
+    burst: f64,
+    /// (tokens, when they were counted); tokens below zero are reservations.
+    state: Mutex<(f64, Instant)>,
+}
+
+impl RateLimiter {
+    fn new(qps: f64, burst: u32) -> Self {
+        let burst = f64::from(burst.max(1));
+        Self {
+            qps: qps.max(f64::MIN_POSITIVE),
+            burst,
+            state: Mutex::new((burst, Instant::now())),
+        }
+    }
+
+    /// Reserves one review: how long to wait before sending it, or `None` (nothing reserved)
+    /// when that would be longer than `max_wait`.
+    fn reserve(&self, max_wait: Duration) -> Option<Duration> {
+        let mut state = self.state.lock();
+        let now = Instant::now();
+        let refill = now.duration_since(state.1).as_secs_f64() * self.qps;
+        state.0 = (state.0 + refill).min(self.burst);
+        state.1 = now;
+        state.0 -= 1.0;
+        if state.0 >= 0.0 {
+            return Some(Duration::ZERO);
+        }
+        let wait = Duration::from_secs_f64(-state.0 / self.qps);
+        if wait > max_wait {
+            state.0 += 1.0;
+            return None;
+        }
+        Some(wait)
+    }
+}
+
+/// Why a review was not answered.
+#[derive(Debug, thiserror::Error)]
+enum ReviewError {
+    #[error("more reviews than the client's {0} a second allow")]
+    RateLimited(f64),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+}
+
+/// Sends one review through `limiter` within `timeout`.
+async fn limited<T>(
+    limiter: &RateLimiter,
+    timeout: Duration,
+    review: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, ReviewError> {
+    let start = tokio::time::Instant::now();
+    let wait = limiter
+        .reserve(timeout)
+        .ok_or(ReviewError::RateLimited(limiter.qps))?;
+    tokio::time::sleep(wait).await;
+    let left = timeout.saturating_sub(start.elapsed());
+    tokio::time::timeout(left, review)
+        .await
+        .map_err(|_| ReviewError::Timeout(timeout))?
+        .map_err(ReviewError::from)
 }
 
 /// A cache key: SHA-256 over a per-process random salt and `material`, so that a key neither
@@ -268,6 +359,8 @@ struct Inner {
     options: DelegationOptions,
     tokens: TtlCache<Option<UserInfo>>,
     decisions: TtlCache<(bool, String)>,
+    token_reviews: RateLimiter,
+    access_reviews: RateLimiter,
 }
 
 impl std::fmt::Debug for Delegation {
@@ -281,9 +374,11 @@ impl Delegation {
     pub fn new(options: DelegationOptions) -> Self {
         Self {
             inner: Arc::new(Inner {
-                options,
                 tokens: TtlCache::new(),
                 decisions: TtlCache::new(),
+                token_reviews: RateLimiter::new(options.review_qps, options.review_burst),
+                access_reviews: RateLimiter::new(options.review_qps, options.review_burst),
+                options,
             }),
         }
     }
@@ -326,8 +421,20 @@ impl Delegation {
         let answer = match self.inner.tokens.get(key) {
             Some(answer) => answer,
             None => {
-                let answer = review_token(client, token).await.map_err(|e| {
-                    warn!(error = %e, "TokenReview failed; answering 401");
+                let o = &self.inner.options;
+                let answer = limited(
+                    &self.inner.token_reviews,
+                    o.review_timeout,
+                    review_token(client, token),
+                )
+                .await
+                .map_err(|e| {
+                    match e {
+                        ReviewError::RateLimited(_) => {
+                            debug!(error = %e, "TokenReview not sent; answering 401")
+                        }
+                        _ => warn!(error = %e, "TokenReview failed; answering 401"),
+                    }
                     Refusal::Unauthorized
                 })?;
                 self.inner
@@ -362,7 +469,13 @@ impl Delegation {
         let (allowed, reason) = match self.inner.decisions.get(key) {
             Some(d) => d,
             None => {
-                let d = review_access(client, user, verb, path).await.map_err(|e| {
+                let d = limited(
+                    &self.inner.access_reviews,
+                    o.review_timeout,
+                    review_access(client, user, verb, path),
+                )
+                .await
+                .map_err(|e| {
                     warn!(error = %e, path, "SubjectAccessReview failed");
                     Refusal::AuthorizationError(e.to_string())
                 })?;
@@ -604,9 +717,44 @@ mod tests {
         assert_eq!(c.get(key_of(b"b")), None);
         std::thread::sleep(Duration::from_millis(30));
         assert_eq!(c.get(key_of(b"a")), None);
+        // A key in use stays while a flood of new keys passes through (LRU, not cleared whole).
+        c.put(key_of(b"kept"), true, Duration::from_secs(60));
         for i in 0..(CACHE_CAPACITY + 10) {
             c.put(key_of(&i.to_le_bytes()), true, Duration::from_secs(60));
+            if i % 100 == 0 {
+                assert_eq!(c.get(key_of(b"kept")), Some(true));
+            }
         }
-        assert!(c.entries.lock().len() <= CACHE_CAPACITY);
+        assert_eq!(c.entries.lock().len(), CACHE_CAPACITY);
+        assert_eq!(c.get(key_of(b"kept")), Some(true));
+        assert_eq!(
+            c.get(key_of(&0usize.to_le_bytes())),
+            None,
+            "the least recently used went"
+        );
+    }
+
+    #[test]
+    fn reviews_are_limited_to_the_burst_then_the_rate() {
+        let limiter = RateLimiter::new(200.0, 400);
+        let timeout = Duration::from_secs(10);
+        let mut immediate = 0;
+        let mut sent = 0;
+        for _ in 0..5000 {
+            match limiter.reserve(timeout) {
+                Some(w) if w.is_zero() => {
+                    immediate += 1;
+                    sent += 1;
+                }
+                Some(w) => {
+                    assert!(w <= timeout);
+                    sent += 1;
+                }
+                None => {}
+            }
+        }
+        assert_eq!(immediate, 400, "the burst goes at once");
+        // Within the 10 s a review may wait: 200 a second more.
+        assert!((2399..=2401).contains(&sent), "{sent}");
     }
 }

@@ -774,6 +774,9 @@ fn serving_options(opts: &Options, client_ca: Option<ClientCa>) -> ServingOption
         cert_dir: opts.serving.cert_dir.clone(),
         pair_name: "cloud-controller-manager".into(),
         client_ca,
+        sni_cert_keys: opts.serving.tls_sni_cert_key.clone(),
+        tls_min_version: opts.serving.tls_min_version.clone(),
+        tls_cipher_suites: opts.serving.tls_cipher_suites.clone(),
     }
 }
 
@@ -831,6 +834,7 @@ async fn delegation(opts: &Options) -> Result<(Delegation, Option<ClientCa>), Ap
             source: format!("--client-ca-file {}", path.display()),
             pem: std::fs::read_to_string(path)
                 .map_err(|e| AppError::InvalidFlags(format!("--client-ca-file {}: {e}", path.display())))?,
+            file: Some(path.clone()),
         }),
         (None, Some(client)) if !authn.authentication_skip_lookup => {
             lookup_client_ca(client, authn.authentication_tolerate_lookup_failure)
@@ -839,6 +843,7 @@ async fn delegation(opts: &Options) -> Result<(Delegation, Option<ClientCa>), Ap
                 .map(|pem| ClientCa {
                     source: "configmap kube-system/extension-apiserver-authentication client-ca-file".into(),
                     pem,
+                    file: None,
                 })
         }
         _ => None,

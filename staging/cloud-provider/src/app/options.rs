@@ -260,6 +260,15 @@ pub struct SecureServingFlags {
     /// File containing the default x509 private key matching --tls-cert-file.
     #[arg(long = "tls-private-key-file")]
     pub tls_private_key_file: Option<PathBuf>,
+    /// A pair of x509 certificate and private key file paths, optionally suffixed with a list of domain patterns which are fully qualified domain names, possibly with prefixed wildcard segments. If no domain patterns are provided, the names of the certificate are extracted. Non-wildcard matches trump over wildcard matches, explicit domain patterns trump over extracted names. For multiple key/certificate pairs, use the --tls-sni-cert-key multiple times. Examples: "example.crt,example.key" or "foo.crt,foo.key:*.foo.com,foo.com". Changed files are served without a restart.
+    #[arg(long = "tls-sni-cert-key", value_name = "CERT,KEY[:NAMES]")]
+    pub tls_sni_cert_key: Vec<k8s_controller_manager::server::SniCertKey>,
+    /// Minimum TLS version supported. Possible values: VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13 (TLS 1.0 and 1.1 are never offered by this server: they mean VersionTLS12).
+    #[arg(long = "tls-min-version", default_value = "")]
+    pub tls_min_version: String,
+    /// Comma-separated list of cipher suites for the server (Go's names, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256). If omitted, the default cipher suites are used. Suites this server does not implement (CBC, RSA key exchange, 3DES, RC4) are accepted and not offered; the TLS 1.3 suites are always offered.
+    #[arg(long = "tls-cipher-suites", value_delimiter = ',')]
+    pub tls_cipher_suites: Vec<String>,
 }
 
 /// Delegated authentication of the secure port (see `k8s_controller_manager::auth`).

@@ -4,7 +4,10 @@
 //!
 //! TLS uses `--tls-cert-file`/`--tls-private-key-file` when given, else a self-signed
 //! certificate for `localhost`/`127.0.0.1` generated at start (written to `--cert-dir` when
-//! one is given), as upstream does.
+//! one is given), as upstream does; `--tls-sni-cert-key`, `--tls-min-version` and
+//! `--tls-cipher-suites` as upstream, and certificates, keys and the client CA file are
+//! reloaded when they change ([`tls`]). Idle, slow and greedy clients cannot starve the health
+//! probes ([`connections`]).
 //!
 //! Every request passes the delegated authentication and authorization of [`crate::auth`]
 //! when the caller gives a [`Delegation`] (the cloud-controller-manager always does): with
@@ -17,7 +20,6 @@ use std::{
     net::{IpAddr, SocketAddr},
     path::PathBuf,
     sync::Arc,
-    time::Duration,
 };
 
 use bytes::Bytes;
@@ -29,11 +31,15 @@ use hyper_util::{
     server::conn::auto,
 };
 use parking_lot::RwLock;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
+
+pub mod connections;
+pub mod tls;
+
+pub use connections::ConnectionLimits;
+pub use tls::{ReloadingConfig, SniCertKey};
 
 use crate::{
     auth::{Delegation, Refusal, UserInfo},
@@ -113,6 +119,12 @@ pub struct ServingOptions {
     pub cert_dir: Option<PathBuf>,
     /// Base name of a generated pair (`cloud-controller-manager`).
     pub pair_name: String,
+    /// `--tls-sni-cert-key` (repeatable).
+    pub sni_cert_keys: Vec<SniCertKey>,
+    /// `--tls-min-version` (Go's names, `VersionTLS12`; empty: TLS 1.2).
+    pub tls_min_version: String,
+    /// `--tls-cipher-suites` (Go's names; empty: the defaults).
+    pub tls_cipher_suites: Vec<String>,
     /// Certificates trusted to sign client certificates (`--client-ca-file`, or the cluster's
     /// `extension-apiserver-authentication` ConfigMap), as PEM, with where it came from (for
     /// errors). `None`: no client certificate is asked for.
@@ -124,8 +136,11 @@ pub struct ServingOptions {
 pub struct ClientCa {
     /// Where the bundle came from (`--client-ca-file <path>`, or the ConfigMap).
     pub source: String,
-    /// The PEM text.
+    /// The PEM text (read from `file` instead when that is set).
     pub pem: String,
+    /// The file it is read from (`--client-ca-file`), and read again when it changes; `None`
+    /// for a bundle from the cluster (read once).
+    pub file: Option<PathBuf>,
 }
 
 /// Serving errors.
@@ -168,121 +183,6 @@ pub struct Endpoints {
     pub metrics: Arc<Metrics>,
 }
 
-fn tls_config(opts: &ServingOptions) -> Result<rustls::ServerConfig, ServerError> {
-    let (certs, key): (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) =
-        match (&opts.tls_cert_file, &opts.tls_private_key_file) {
-            (Some(cert), Some(key)) => {
-                let certs = CertificateDer::pem_file_iter(cert)
-                    .and_then(|i| i.collect::<Result<Vec<_>, _>>())
-                    .map_err(|e| ServerError::Certificate {
-                        flag: "--tls-cert-file",
-                        path: cert.display().to_string(),
-                        reason: e.to_string(),
-                    })?;
-                if certs.is_empty() {
-                    return Err(ServerError::Certificate {
-                        flag: "--tls-cert-file",
-                        path: cert.display().to_string(),
-                        reason: "no certificate in the file".into(),
-                    });
-                }
-                let key = PrivateKeyDer::from_pem_file(key).map_err(|e| ServerError::Certificate {
-                    flag: "--tls-private-key-file",
-                    path: key.display().to_string(),
-                    reason: e.to_string(),
-                })?;
-                (certs, key)
-            }
-            (Some(_), None) | (None, Some(_)) => {
-                return Err(ServerError::Tls(
-                    "--tls-cert-file and --tls-private-key-file must be given together".into(),
-                ));
-            }
-            (None, None) => {
-                let generated = rcgen::generate_simple_self_signed(vec![
-                    "localhost".to_string(),
-                    "127.0.0.1".to_string(),
-                ])
-                .map_err(|e| ServerError::Tls(format!("generating a self-signed certificate: {e}")))?;
-                let cert_pem = generated.cert.pem();
-                let key_pem = generated.signing_key.serialize_pem();
-                if let Some(dir) = &opts.cert_dir {
-                    // The key is a secret: a private directory (0700, ours), files 0600.
-                    let write = |ext: &str, data: &str| {
-                        let path = dir.join(format!("{}.{ext}", opts.pair_name));
-                        crate::private_files::ensure_private_dir(dir)
-                            .and_then(|()| crate::private_files::write_private(&path, data.as_bytes()))
-                            .map_err(|e| ServerError::Certificate {
-                                flag: "--cert-dir",
-                                path: e.path,
-                                reason: e.reason,
-                            })
-                    };
-                    write("crt", &cert_pem)?;
-                    write("key", &key_pem)?;
-                }
-                let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
-                    .map_err(|e| ServerError::Tls(e.to_string()))?;
-                (vec![generated.cert.der().clone()], key)
-            }
-        };
-    let builder = rustls::ServerConfig::builder();
-    let builder = match &opts.client_ca {
-        None => builder.with_no_client_auth(),
-        Some(ca) => {
-            let bad = |reason: String| ServerError::Certificate {
-                flag: "client CA",
-                path: ca.source.clone(),
-                reason,
-            };
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_slice_iter(ca.pem.as_bytes()) {
-                roots
-                    .add(cert.map_err(|e| bad(e.to_string()))?)
-                    .map_err(|e| bad(e.to_string()))?;
-            }
-            if roots.is_empty() {
-                return Err(bad("no certificate in the bundle".into()));
-            }
-            // Asked for, never required: requests without one go on to token authentication.
-            let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots))
-                .allow_unauthenticated()
-                .build()
-                .map_err(|e| bad(e.to_string()))?;
-            builder.with_client_cert_verifier(verifier)
-        }
-    };
-    let mut config = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| ServerError::Tls(e.to_string()))?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(config)
-}
-
-/// Limits that keep slow or idle clients from starving the process.
-#[derive(Debug, Clone, Copy)]
-pub struct ConnectionLimits {
-    /// Connections served at once; further ones are closed at once.
-    pub max_connections: usize,
-    /// Time for the TLS handshake.
-    pub handshake_timeout: Duration,
-    /// Time for a request's headers to arrive (HTTP/1).
-    pub header_read_timeout: Duration,
-    /// Longest life of one connection (keep-alive included).
-    pub max_connection_age: Duration,
-}
-
-impl Default for ConnectionLimits {
-    fn default() -> Self {
-        Self {
-            max_connections: 128,
-            handshake_timeout: Duration::from_secs(10),
-            header_read_timeout: Duration::from_secs(10),
-            max_connection_age: Duration::from_secs(300),
-        }
-    }
-}
-
 /// Binds and starts serving in the background until `shutdown`, with the default
 /// [`ConnectionLimits`]. Returns the bound address (`None` when `--secure-port` is 0).
 ///
@@ -298,7 +198,7 @@ pub async fn serve(
         info!("--secure-port is 0: not serving health and metrics");
         return Ok(None);
     }
-    let acceptor = TlsAcceptor::from(Arc::new(tls_config(opts)?));
+    let tls = ReloadingConfig::start(opts, shutdown.clone())?;
     let addr = SocketAddr::new(opts.bind_address, opts.secure_port);
     let listener = TcpListener::bind(addr)
         .await
@@ -309,7 +209,7 @@ pub async fn serve(
     info!(address = %local, "Serving securely on {local}");
     serve_on(
         listener,
-        acceptor,
+        tls,
         endpoints,
         delegation,
         ConnectionLimits::default(),
@@ -322,13 +222,13 @@ pub async fn serve(
 /// request with `delegation` when given.
 pub fn serve_on(
     listener: TcpListener,
-    acceptor: TlsAcceptor,
+    tls: ReloadingConfig,
     endpoints: Endpoints,
     delegation: Option<Delegation>,
     limits: ConnectionLimits,
     shutdown: CancellationToken,
 ) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let table = connections::ConnectionTable::default();
     tokio::spawn(async move {
         loop {
             let (stream, peer) = tokio::select! {
@@ -338,54 +238,69 @@ pub fn serve_on(
                 },
                 _ = shutdown.cancelled() => return,
             };
-            let Ok(slot) = slots.clone().try_acquire_owned() else {
-                debug!(peer = %peer, max = limits.max_connections, "too many connections; closing a new one");
+            let Some(slot) = table.admit(peer.ip(), limits.max_connections) else {
+                debug!(peer = %peer, max = limits.max_connections, "every connection is answering a request; closing a new one");
                 drop(stream);
                 continue;
             };
-            let acceptor = acceptor.clone();
+            let acceptor = tls.acceptor();
             let endpoints = endpoints.clone();
             let delegation = delegation.clone();
+            let shutdown = shutdown.clone();
             tokio::spawn(async move {
-                let _slot = slot;
-                let Ok(Ok(tls)) =
-                    tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream)).await
-                else {
-                    return;
-                };
-                // A verified client certificate names the user of every request on this
-                // connection; one without a Common Name authenticates nobody (401).
-                let certificate: Option<Option<UserInfo>> = tls
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .and_then(|c| c.first())
-                    .map(UserInfo::from_client_certificate);
-                let certificate = Arc::new(certificate);
-                let service = service_fn(move |req| {
-                    let endpoints = endpoints.clone();
-                    let delegation = delegation.clone();
-                    let certificate = certificate.clone();
-                    async move {
-                        if let Some(gate) = &delegation
-                            && let Err(refusal) = check(gate, &certificate, &req).await
-                        {
-                            return Ok::<_, Infallible>(refused(&refusal));
+                let close = slot.close.clone();
+                let activity = slot.activity.clone();
+                let served = async {
+                    let Ok(Ok(tls)) =
+                        tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream)).await
+                    else {
+                        return;
+                    };
+                    // A verified client certificate names the user of every request on this
+                    // connection; one without a Common Name authenticates nobody (401).
+                    let certificate: Option<Option<UserInfo>> = tls
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .map(UserInfo::from_client_certificate);
+                    let certificate = Arc::new(certificate);
+                    let in_flight = activity.clone();
+                    let service = service_fn(move |req| {
+                        let endpoints = endpoints.clone();
+                        let delegation = delegation.clone();
+                        let certificate = certificate.clone();
+                        let request = in_flight.request();
+                        async move {
+                            let _request = request;
+                            if let Some(gate) = &delegation
+                                && let Err(refusal) = check(gate, &certificate, &req).await
+                            {
+                                return Ok::<_, Infallible>(refused(&refusal));
+                            }
+                            Ok::<_, Infallible>(handle(&endpoints, req))
                         }
-                        Ok::<_, Infallible>(handle(&endpoints, req))
-                    }
-                });
-                let mut builder = auto::Builder::new(TokioExecutor::new());
-                builder
-                    .http1()
-                    .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(limits.header_read_timeout);
-                builder.http2().max_concurrent_streams(16);
-                let _ = tokio::time::timeout(
-                    limits.max_connection_age,
-                    builder.serve_connection(TokioIo::new(tls), service),
-                )
-                .await;
+                    });
+                    let mut builder = auto::Builder::new(TokioExecutor::new());
+                    builder
+                        .http1()
+                        .timer(hyper_util::rt::TokioTimer::new())
+                        .header_read_timeout(limits.header_read_timeout);
+                    builder
+                        .http2()
+                        .timer(hyper_util::rt::TokioTimer::new())
+                        .keep_alive_interval(limits.http2_keep_alive_interval)
+                        .keep_alive_timeout(limits.idle_timeout)
+                        .max_concurrent_streams(limits.http2_max_concurrent_streams);
+                    let io = connections::IdleTimeout::new(tls, limits.idle_timeout, activity);
+                    let _ = builder.serve_connection(TokioIo::new(io), service).await;
+                };
+                tokio::select! {
+                    _ = tokio::time::timeout(limits.max_connection_age, served) => {}
+                    _ = close.cancelled() => {}
+                    _ = shutdown.cancelled() => {}
+                }
+                drop(slot);
             });
         }
     });
@@ -476,11 +391,13 @@ fn text(status: StatusCode, body: String, content_type: &'static str) -> Respons
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[tokio::test]
-    async fn slow_and_idle_clients_cannot_starve_the_server() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    async fn a_flood_of_idle_connections_loses_its_own_and_never_starves_another_client() {
+        use tokio::io::AsyncReadExt;
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let opts = ServingOptions {
             bind_address: "127.0.0.1".parse().unwrap(),
@@ -490,15 +407,17 @@ mod tests {
             cert_dir: None,
             pair_name: "test".into(),
             client_ca: None,
+            sni_cert_keys: vec![],
+            tls_min_version: String::new(),
+            tls_cipher_suites: vec![],
         };
-        let acceptor = TlsAcceptor::from(Arc::new(tls_config(&opts).unwrap()));
+        let tls = ReloadingConfig::fixed(tls::server_config(&opts).unwrap());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let limits = ConnectionLimits {
             max_connections: 4,
-            handshake_timeout: Duration::from_millis(300),
-            header_read_timeout: Duration::from_millis(300),
-            max_connection_age: Duration::from_secs(5),
+            handshake_timeout: Duration::from_millis(1500),
+            ..ConnectionLimits::default()
         };
         let shutdown = CancellationToken::new();
         let endpoints = Endpoints {
@@ -507,29 +426,41 @@ mod tests {
             readyz: HealthChecks::default(),
             metrics: Arc::new(crate::metrics::Metrics::new()),
         };
-        serve_on(listener, acceptor, endpoints, None, limits, shutdown.clone());
-        // Four idle clients take every slot; a fifth is closed at once.
-        let mut idle = Vec::new();
+        serve_on(listener, tls, endpoints, None, limits, shutdown.clone());
+        let closed = |mut s: tokio::net::TcpStream, within: Duration| async move {
+            let mut buf = [0u8; 1];
+            matches!(
+                tokio::time::timeout(within, s.read(&mut buf)).await,
+                Ok(Ok(0)) | Ok(Err(_))
+            )
+        };
+        // Four idle clients of one address take every place.
+        let mut flood = Vec::new();
         for _ in 0..4 {
-            idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+            flood.push(socket.connect(addr).await.unwrap());
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let mut fifth = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let _ = fifth.write_all(b"x").await;
-        let mut buf = [0u8; 1];
-        let n = tokio::time::timeout(Duration::from_secs(2), fifth.read(&mut buf)).await;
+        // Another client gets in: the flood's oldest connection is closed for it.
+        let other = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let oldest = flood.remove(0);
         assert!(
-            matches!(n, Ok(Ok(0)) | Ok(Err(_))),
-            "over the cap: closed at once"
+            closed(oldest, Duration::from_secs(1)).await,
+            "the flood's oldest goes"
         );
-        // The idle ones never finish a handshake: closed after the handshake timeout.
-        for mut s in idle {
-            let n = tokio::time::timeout(Duration::from_secs(3), s.read(&mut buf)).await;
-            assert!(matches!(n, Ok(Ok(0)) | Ok(Err(_))), "idle connection closed");
+        let mut buf = [0u8; 1];
+        let mut other = other;
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), other.read(&mut buf))
+                .await
+                .is_err(),
+            "the other client's connection stays open"
+        );
+        // Connections that never finish a handshake are closed after the handshake timeout.
+        for s in flood {
+            assert!(closed(s, Duration::from_secs(3)).await, "idle connection closed");
         }
-        // Then the server answers again.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(tokio::net::TcpStream::connect(addr).await.is_ok());
         shutdown.cancel();
     }
 
