@@ -21,8 +21,9 @@
 //! and outside a cluster the part is switched off with a warning. Each of the two clients sends
 //! at most [`REVIEW_QPS`] reviews a second in bursts of [`REVIEW_BURST`], each within
 //! [`REVIEW_TIMEOUT`], as upstream's delegating clients: a flood of made-up tokens costs the API
-//! server no more than that (a review that would have to wait past the timeout is not sent,
-//! and the request answers 401, or 500 for authorization). Answers are kept in LRU caches of
+//! server no more than that. Deliberate difference: a review that would wait for the rate limit
+//! longer than [`REVIEW_MAX_QUEUE_WAIT`] is not sent (upstream waits up to the timeout), and the
+//! request answers 401 (500 for authorization). Answers are kept in LRU caches of
 //! [`CACHE_CAPACITY`] entries each.
 //!
 //! Differences from upstream: the `--requestheader-*` front-proxy authentication is not
@@ -269,6 +270,10 @@ pub const REVIEW_QPS: f64 = 200.0;
 pub const REVIEW_BURST: u32 = 400;
 /// Time for one review, waiting for the rate limit included (upstream: 10 s).
 pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for the rate limit before a review is given up (upstream waits up to the whole
+/// [`REVIEW_TIMEOUT`]; a shorter queue keeps a flood of made-up tokens from holding hundreds of
+/// connections open while their reviews wait).
+pub const REVIEW_MAX_QUEUE_WAIT: Duration = Duration::from_secs(1);
 
 /// A token bucket (as client-go's rate limiter): `burst` reviews at once, refilled at `qps`.
 struct RateLimiter {
@@ -328,7 +333,7 @@ async fn limited<T>(
 ) -> Result<T, ReviewError> {
     let start = tokio::time::Instant::now();
     let wait = limiter
-        .reserve(timeout)
+        .reserve(timeout.min(REVIEW_MAX_QUEUE_WAIT))
         .ok_or(ReviewError::RateLimited(limiter.qps))?;
     tokio::time::sleep(wait).await;
     let left = timeout.saturating_sub(start.elapsed());

@@ -500,6 +500,14 @@ impl Options {
         if self.serving.tls_cert_file.is_some() != self.serving.tls_private_key_file.is_some() {
             errors.push("--tls-cert-file and --tls-private-key-file must be given together".into());
         }
+        if let Err(e) = k8s_controller_manager::server::tls::protocol_versions(&self.serving.tls_min_version)
+        {
+            errors.push(
+                e.to_string()
+                    .trim_start_matches("TLS configuration: ")
+                    .to_string(),
+            );
+        }
         if errors.is_empty() {
             Ok(ValidatedOptions {
                 options: self.clone(),

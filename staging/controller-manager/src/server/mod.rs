@@ -270,14 +270,17 @@ pub fn serve_on(
                         let endpoints = endpoints.clone();
                         let delegation = delegation.clone();
                         let certificate = certificate.clone();
-                        let request = in_flight.request();
+                        let in_flight = in_flight.clone();
                         async move {
-                            let _request = request;
+                            // Only a request that passed the checks keeps its connection from
+                            // being closed to make room: one still waiting for its TokenReview
+                            // does not.
                             if let Some(gate) = &delegation
                                 && let Err(refusal) = check(gate, &certificate, &req).await
                             {
                                 return Ok::<_, Infallible>(refused(&refusal));
                             }
+                            let _request = in_flight.request();
                             Ok::<_, Infallible>(handle(&endpoints, req))
                         }
                     });
