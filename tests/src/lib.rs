@@ -18,6 +18,7 @@
 pub mod aws_chaos;
 pub mod bench;
 pub mod ccm;
+pub mod certs;
 pub mod cluster;
 pub mod fault_proxy;
 pub mod imds;

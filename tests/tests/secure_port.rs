@@ -7,46 +7,10 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
-use rcp_e2e::{TestCluster, ccm::CcmProcess, k8s::wait_for};
+use rcp_e2e::{TestCluster, ccm::CcmProcess, certs::ClientCa, k8s::wait_for};
 
 const FAKE: &str = "fake-cloud-controller-manager";
 const T: Duration = Duration::from_secs(60);
-
-/// A CA and a way to sign client certificates with it.
-struct ClientCa {
-    pem: String,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-impl ClientCa {
-    fn new(name: &str) -> Result<Self> {
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let key = KeyPair::generate()?;
-        let cert = params.self_signed(&key)?;
-        Ok(Self {
-            pem: cert.pem(),
-            issuer: Issuer::new(params, key),
-        })
-    }
-
-    /// A client certificate (PEM cert + key, as reqwest's identity wants) for `cn` in `groups`.
-    fn client_identity(&self, cn: &str, groups: &[&str]) -> Result<reqwest::Identity> {
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.distinguished_name.push(DnType::CommonName, cn);
-        for g in groups {
-            params.distinguished_name.push(DnType::OrganizationName, *g);
-        }
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        let key = KeyPair::generate()?;
-        let cert = params.signed_by(&key, &self.issuer)?;
-        Ok(reqwest::Identity::from_pem(
-            format!("{}{}", cert.pem(), key.serialize_pem()).as_bytes(),
-        )?)
-    }
-}
 
 async fn get(
     port: u16,

@@ -3,7 +3,7 @@
 //! bearer tokens must not make the kubelet's `/healthz` probe fail or cost the API server more
 //! TokenReviews than upstream's client limits allow; and the TLS settings hardened manifests
 //! use: `--tls-min-version`, `--tls-cipher-suites`, `--tls-sni-cert-key`, and a serving
-//! certificate rotated on disk and served without a restart.
+//! certificate and a client CA rotated on disk and used without a restart.
 //!
 //! The floods come from 127.0.0.2 (another client address), the probe from 127.0.0.1, as the
 //! kubelet probes from its own address; each test prints its figures.
@@ -17,7 +17,7 @@ use std::{
 };
 
 use anyhow::{Context, Result};
-use rcp_e2e::{TestCluster, ccm::CcmProcess, k8s::wait_for};
+use rcp_e2e::{TestCluster, ccm::CcmProcess, certs::ClientCa, k8s::wait_for};
 use rustls::{
     DigitallySignedStruct, SignatureScheme,
     client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier},
@@ -369,12 +369,16 @@ async fn tls_flags_of_hardened_manifests_and_a_rotated_certificate() -> Result<(
     std::fs::write(&serving_key, &key_a)?;
     std::fs::write(dir.join("sni.crt"), &cert_sni)?;
     std::fs::write(dir.join("sni.key"), &key_sni)?;
+    let (ca_one, ca_two) = (ClientCa::new("client-ca-one")?, ClientCa::new("client-ca-two")?);
+    let ca_file = dir.join("client-ca.crt");
+    std::fs::write(&ca_file, &ca_one.pem)?;
     // TLS 1.2 and up; of the TLS 1.2 suites only ECDSA with AES-128-GCM (the certificates are
     // ECDSA), plus a suite rustls does not implement (accepted, not offered), as CIS lists do.
     let ccm = start(
         &cluster,
         "ccm-tls-flags",
         &[
+            format!("--client-ca-file={}", ca_file.display()),
             format!("--tls-cert-file={}", serving_crt.display()),
             format!("--tls-private-key-file={}", serving_key.display()),
             format!(
@@ -450,6 +454,38 @@ async fn tls_flags_of_hardened_manifests_and_a_rotated_certificate() -> Result<(
         "secure port: a rotated serving certificate was served {:?} after it was written",
         rotated.elapsed()
     );
+
+    // The client CA file rotated on disk: a certificate of the new CA is accepted, no restart.
+    let with_identity = |identity: reqwest::Identity| async move {
+        reqwest::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .identity(identity)
+            .timeout(Duration::from_secs(5))
+            .build()?
+            .get(format!("https://127.0.0.1:{port}/healthz"))
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+            .map_err(anyhow::Error::from)
+    };
+    assert_eq!(with_identity(ca_one.client_identity("one", &[])?).await?, 200);
+    assert!(
+        with_identity(ca_two.client_identity("two", &[])?).await.is_err(),
+        "a certificate of a CA not (yet) trusted is refused"
+    );
+    std::fs::write(&ca_file, &ca_two.pem)?;
+    wait_for(
+        "the rotated client CA to be used",
+        Duration::from_secs(20),
+        || async {
+            (with_identity(ca_two.client_identity("two", &[]).ok()?)
+                .await
+                .ok()?
+                == 200)
+                .then_some(())
+        },
+    )
+    .await?;
 
     // --tls-min-version=VersionTLS13 refuses a TLS 1.2 client.
     let ccm13 = start(&cluster, "ccm-tls13", &["--tls-min-version=VersionTLS13".into()]).await?;

@@ -190,90 +190,67 @@ impl AwsCloud {
     /// Every Classic ELB, ELBv2 load balancer (of any type) and target group of the account
     /// and region (all pages).
     pub(crate) async fn all_load_balancers(&self) -> CloudResult<Vec<SeenLb>> {
-        let mut all = Vec::new();
-        let mut marker: Option<String> = None;
-        loop {
-            let out = self
-                .api
-                .call(
-                    "elb_describe_load_balancers",
-                    self.elb
-                        .describe_load_balancers()
-                        .set_marker(marker.clone())
-                        .send(),
-                )
-                .await
-                .map_err(|e| cloud_error("listing classic ELBs", e))?;
-            for d in out.load_balancer_descriptions() {
-                let name = d.load_balancer_name().unwrap_or_default().to_string();
-                all.push(SeenLb {
-                    id: name.clone(),
-                    name,
-                    kind: "classic".into(),
-                    groups: d.security_groups().to_vec(),
-                    attached_to: vec![],
-                });
-            }
-            marker = out.next_marker().filter(|m| !m.is_empty()).map(str::to_string);
-            if marker.is_none() {
-                break;
-            }
-        }
-        let mut marker: Option<String> = None;
-        loop {
-            let out = self
-                .api
-                .call(
-                    "elbv2_describe_load_balancers",
-                    self.elbv2
-                        .describe_load_balancers()
-                        .set_marker(marker.clone())
-                        .send(),
-                )
-                .await
-                .map_err(|e| cloud_error("listing ELBv2 load balancers", e))?;
-            for lb in out.load_balancers() {
-                all.push(SeenLb {
-                    name: lb.load_balancer_name().unwrap_or_default().to_string(),
-                    id: lb.load_balancer_arn().unwrap_or_default().to_string(),
-                    kind: lb.r#type().map(|t| t.as_str().to_string()).unwrap_or_default(),
-                    groups: lb.security_groups().to_vec(),
-                    attached_to: vec![],
-                });
-            }
-            marker = out.next_marker().filter(|m| !m.is_empty()).map(str::to_string);
-            if marker.is_none() {
-                break;
-            }
-        }
-        let mut marker: Option<String> = None;
-        loop {
-            let out = self
-                .api
-                .call(
-                    "elbv2_describe_target_groups",
-                    self.elbv2
-                        .describe_target_groups()
-                        .set_marker(marker.clone())
-                        .send(),
-                )
-                .await
-                .map_err(|e| cloud_error("listing target groups", e))?;
-            for tg in out.target_groups() {
-                all.push(SeenLb {
-                    name: tg.target_group_name().unwrap_or_default().to_string(),
-                    id: tg.target_group_arn().unwrap_or_default().to_string(),
-                    kind: TARGET_GROUP.into(),
-                    groups: vec![],
-                    attached_to: tg.load_balancer_arns().to_vec(),
-                });
-            }
-            marker = out.next_marker().filter(|m| !m.is_empty()).map(str::to_string);
-            if marker.is_none() {
-                break;
-            }
-        }
-        Ok(all)
+        let classic = self
+            .api
+            .call(
+                "elb_describe_load_balancers",
+                self.elb
+                    .describe_load_balancers()
+                    .into_paginator()
+                    .items()
+                    .send()
+                    .try_collect(),
+            )
+            .await
+            .map_err(|e| cloud_error("listing classic ELBs", e))?;
+        let v2 = self
+            .api
+            .call(
+                "elbv2_describe_load_balancers",
+                self.elbv2
+                    .describe_load_balancers()
+                    .into_paginator()
+                    .items()
+                    .send()
+                    .try_collect(),
+            )
+            .await
+            .map_err(|e| cloud_error("listing ELBv2 load balancers", e))?;
+        let target_groups = self
+            .api
+            .call(
+                "elbv2_describe_target_groups",
+                self.elbv2
+                    .describe_target_groups()
+                    .into_paginator()
+                    .items()
+                    .send()
+                    .try_collect(),
+            )
+            .await
+            .map_err(|e| cloud_error("listing target groups", e))?;
+        let classic = classic.into_iter().map(|d| SeenLb {
+            name: d.load_balancer_name().unwrap_or_default().to_string(),
+            id: d.load_balancer_name().unwrap_or_default().to_string(),
+            kind: "classic".into(),
+            groups: d.security_groups().to_vec(),
+            attached_to: vec![],
+        });
+        let v2 = v2.into_iter().map(|lb| SeenLb {
+            name: lb.load_balancer_name().unwrap_or_default().to_string(),
+            id: lb.load_balancer_arn().unwrap_or_default().to_string(),
+            kind: lb.r#type().map(|t| t.as_str().to_string()).unwrap_or_default(),
+            groups: lb.security_groups().to_vec(),
+            attached_to: vec![],
+        });
+        let target_groups = target_groups.into_iter().map(|tg| SeenLb {
+            name: tg.target_group_name().unwrap_or_default().to_string(),
+            id: tg.target_group_arn().unwrap_or_default().to_string(),
+            kind: TARGET_GROUP.into(),
+            groups: vec![],
+            attached_to: tg.load_balancer_arns().to_vec(),
+        });
+        Ok(classic.chain(v2).chain(target_groups).collect())
     }
 
     /// The cluster-owned resources that no Service of `services` (every Service of the

@@ -1,0 +1,42 @@
+//! Test certificate authorities: a CA whose PEM a server is given as its client CA, and client
+//! certificates it signs.
+
+use anyhow::Result;
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
+
+/// A CA and a way to sign client certificates with it.
+pub struct ClientCa {
+    /// The CA certificate, PEM.
+    pub pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl ClientCa {
+    /// A new self-signed CA named `name`.
+    pub fn new(name: &str) -> Result<Self> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let key = KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
+        Ok(Self {
+            pem: cert.pem(),
+            issuer: Issuer::new(params, key),
+        })
+    }
+
+    /// A client certificate (PEM cert + key, as reqwest's identity wants) for `cn` in `groups`.
+    pub fn client_identity(&self, cn: &str, groups: &[&str]) -> Result<reqwest::Identity> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, cn);
+        for g in groups {
+            params.distinguished_name.push(DnType::OrganizationName, *g);
+        }
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok(reqwest::Identity::from_pem(
+            format!("{}{}", cert.pem(), key.serialize_pem()).as_bytes(),
+        )?)
+    }
+}
