@@ -10,12 +10,38 @@ use anyhow::Context as _;
 
 use ecr_credential_provider::{get_credentials, parse_request};
 
+/// What `--help` prints.
+const HELP: &str = "\
+ecr-credential-provider: the kubelet's image credential provider for Amazon ECR.
+
+The kubelet runs it (--image-credential-provider-config, --image-credential-provider-bin-dir)
+for images on ECR registries: it reads a CredentialProviderRequest (JSON) on stdin and writes a
+CredentialProviderResponse with a registry login on stdout. AWS credentials come from the
+usual AWS SDK sources (environment, shared config, the instance's role). Logs go to stderr
+(RUST_LOG, default warn); no credential is ever logged.
+
+Usage: ecr-credential-provider [--help | --version] < request.json
+";
+
 fn main() -> ExitCode {
-    if std::env::args().skip(1).any(|a| a == "--version") {
-        println!("ecr-credential-provider {}", env!("CARGO_PKG_VERSION"));
-        return ExitCode::SUCCESS;
+    if let Some(arg) = std::env::args().nth(1) {
+        match arg.as_str() {
+            "--version" => {
+                println!("ecr-credential-provider {}", env!("CARGO_PKG_VERSION"));
+                return ExitCode::SUCCESS;
+            }
+            "--help" | "-h" => {
+                print!("{HELP}");
+                return ExitCode::SUCCESS;
+            }
+            other => {
+                eprintln!("ecr-credential-provider: error: unknown argument {other:?} (see --help)");
+                return ExitCode::FAILURE;
+            }
+        }
     }
     tracing_subscriber::fmt()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

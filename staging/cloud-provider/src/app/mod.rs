@@ -366,11 +366,27 @@ pub fn command(spec: &ProviderSpec) -> clap::Command {
     let mut command = Options::command()
         .name(name)
         .mut_arg("cloud_provider", |a| a.default_value(default));
+    // A controller's and a command's flags are added with clap's `augment_args`, which takes
+    // the flag struct's doc comment (written for the code's readers) as the about text: the
+    // CCM's own, and each command's registered one, are what `--help` shows.
+    let (about, long_about) = (command.get_about().cloned(), command.get_long_about().cloned());
     for c in &spec.controllers {
         command = (c.flags)(command);
     }
+    command = match about {
+        Some(a) => command.about(a),
+        None => command.about(None::<&'static str>),
+    };
+    command = match long_about {
+        Some(a) => command.long_about(a),
+        None => command.long_about(None::<&'static str>),
+    };
     for c in &spec.commands {
-        command = command.subcommand((c.flags)(clap::Command::new(c.name).about(c.about)));
+        command = command.subcommand(
+            (c.flags)(clap::Command::new(c.name))
+                .about(c.about)
+                .long_about(None::<&str>),
+        );
     }
     if !spec.commands.is_empty() {
         command = command.args_conflicts_with_subcommands(true);
@@ -402,8 +418,10 @@ pub fn init_logging(flags: &options::LoggingFlags) {
     );
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Colours only on a terminal: a log file, a pipe or `kubectl logs` gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let _ = if flags.logging_format == "json" {
         builder.json().try_init()
