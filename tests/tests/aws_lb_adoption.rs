@@ -439,6 +439,19 @@ async fn node_rules(moto: &Moto, world: &World) -> Result<Vec<String>> {
     Ok(rules)
 }
 
+/// The ARNs of every target group.
+async fn target_group_arns(moto: &Moto) -> Result<Vec<String>> {
+    Ok(moto
+        .elbv2()
+        .describe_target_groups()
+        .send()
+        .await?
+        .target_groups()
+        .iter()
+        .filter_map(|t| t.target_group_arn().map(str::to_string))
+        .collect())
+}
+
 /// The `EnsuredLoadBalancer` events about `default/<name>`, counting repeats.
 async fn ensured_count(client: &kube::Client, name: &str) -> Result<i32> {
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
@@ -661,15 +674,7 @@ async fn nlbs_made_by_go_1_18_1_19_and_1_20_are_adopted_without_one_mutating_cal
         3 * world.subnets.len(),
         "{rules_before:#?}"
     );
-    let tgs_before: Vec<String> = moto
-        .elbv2()
-        .describe_target_groups()
-        .send()
-        .await?
-        .target_groups()
-        .iter()
-        .filter_map(|t| t.target_group_arn().map(str::to_string))
-        .collect();
+    let tgs_before = target_group_arns(&moto).await?;
 
     let before = moto.actions().len();
     let ccm = start_ccm(&cluster, &moto, &world, "")?;
@@ -706,15 +711,7 @@ async fn nlbs_made_by_go_1_18_1_19_and_1_20_are_adopted_without_one_mutating_cal
         ccm.log()
     );
     assert_eq!(node_rules(&moto, &world).await?, rules_before);
-    let tgs_after: Vec<String> = moto
-        .elbv2()
-        .describe_target_groups()
-        .send()
-        .await?
-        .target_groups()
-        .iter()
-        .filter_map(|t| t.target_group_arn().map(str::to_string))
-        .collect();
+    let tgs_after = target_group_arns(&moto).await?;
     assert_eq!(tgs_after, tgs_before);
     Ok(())
 }
