@@ -7,6 +7,8 @@
 #     vcsim-0.24.2/{vcsim,govc}               built from Debian's govmomi sources
 #     cargo-deny-0.20.2/bin/cargo-deny        cargo install --locked
 #     cargo-nextest-0.9.143/bin/cargo-nextest  cargo install --locked (only when none is installed)
+#     cargo-http-registry-0.1.8/bin/…         cargo install --locked (the test registry)
+#     cargo-semver-checks-0.51.0/bin/…        cargo install --locked (hack/semver-checks.sh)
 #     (system)                                Debian's OpenStack Zed packages (hack/openstack.sh install)
 #     bin/                                    symlinks to all of the above + etcd + kubectl
 #
@@ -16,7 +18,7 @@
 # Environment:
 #   RCP_CACHE_DIR   override the cache directory
 #   RCP_SKIP        space-separated steps to skip (apt kube-apiserver moto vcsim cargo-deny
-#                   cargo-nextest openstack)
+#                   cargo-nextest cargo-http-registry cargo-semver-checks openstack)
 set -euo pipefail
 
 PROJECT=rust-cloud-provider
@@ -30,6 +32,8 @@ GOVMOMI_VERSION=0.24.2
 GOVMOMI_DEB_VERSION=0.24.2-3
 CARGO_DENY_VERSION=0.20.2
 CARGO_NEXTEST_VERSION=0.9.143
+CARGO_HTTP_REGISTRY_VERSION=0.1.8
+CARGO_SEMVER_CHECKS_VERSION=0.51.0
 mkdir -p "$BIN" "$LOGS"
 
 START=$(date +%s)
@@ -265,6 +269,28 @@ if ! skipped cargo-nextest; then
 fi
 
 # ---------------------------------------------------------------------------------------------
+# 6b. The publishing tools: cargo-http-registry (a crates.io-compatible registry with the
+#     publish API, serving a local directory on 127.0.0.1; hack/publish-roundtrip.sh) and
+#     cargo-semver-checks (hack/semver-checks.sh), pinned.
+# cargo_tool STEP CRATE VERSION MINUTES: installs CRATE VERSION (its binary named CRATE) once.
+cargo_tool() {
+  local name=$1 crate=$2 version=$3 minutes=$4 dir="$CACHE/$2-$3"
+  skipped "$name" && return 0
+  if [[ -x "$dir/bin/$crate" ]]; then
+    step "$name" "cached: $crate $version"
+  else
+    step "$name" "cargo install --locked $crate $version (~$minutes min)"
+    run_logged "$name" "$LOGS/$name.log" cargo install --locked --root "$dir" \
+      --target-dir "$CACHE/build/$name-target" "$crate" --version "$version"
+    rm -rf "$CACHE/build/$name-target"
+    step "$name" "installed: $crate $version"
+  fi
+  ln -sfn "$dir/bin/$crate" "$BIN/$crate"
+}
+cargo_tool cargo-http-registry cargo-http-registry "$CARGO_HTTP_REGISTRY_VERSION" 2
+cargo_tool cargo-semver-checks cargo-semver-checks "$CARGO_SEMVER_CHECKS_VERSION" 10
+
+# ---------------------------------------------------------------------------------------------
 # 7. OpenStack (keystone, glance, placement, nova, neutron, octavia, MariaDB, RabbitMQ) from
 #    Debian's packages, for the OpenStack provider's tests; configured and run by
 #    hack/openstack.sh, never as system services.
@@ -280,6 +306,6 @@ if ! skipped openstack; then
 fi
 
 step done "in $(($(date +%s) - START)) s; binaries in $BIN:"
-for b in etcd kube-apiserver kubectl moto_server vcsim govc cargo-deny cargo-nextest; do
+for b in etcd kube-apiserver kubectl moto_server vcsim govc cargo-deny cargo-nextest cargo-http-registry cargo-semver-checks; do
   if [[ -e "$BIN/$b" ]]; then printf '    %-15s -> %s\n' "$b" "$(readlink -f "$BIN/$b")"; fi
 done

@@ -39,13 +39,23 @@ hack/verify-boundaries --report
 phase "verify dependencies (cargo-deny)"
 hack/verify-deps.sh
 
-phase "verify publishing of staged crates"
-hack/verify-publish.sh
+phase "release version and changelog (hack/release.sh check)"
+hack/release.sh check
+
+phase "publish round trip: test registry, API check, sample provider, docs.rs build"
+# The staged crates published with the real `cargo publish` to a registry on 127.0.0.1 (which
+# verifies that each builds alone, from its package), the same versions refused a second time,
+# cargo-semver-checks against the last release, examples/cloud-provider-sample built from the
+# registry (tests/tests/sample_provider.rs runs it), each crate's docs as docs.rs builds them.
+hack/publish-roundtrip.sh
 
 phase "cargo doc (staged crates, -D warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked --quiet \
   -p k8s-cloud-provider -p k8s-controller-manager -p k8s-legacy-cloud-provider-aws \
   -p k8s-legacy-cloud-provider-vsphere -p k8s-legacy-cloud-provider-openstack -p vsphere-api
+
+phase "doc tests of the staged crates"
+cargo test --doc --locked --quiet -p k8s-cloud-provider -p k8s-controller-manager -p vsphere-api
 
 phase "build the binaries the tests run"
 # Tests start these with `cargo build --bin <name>` (paths::workspace_binary); built here, one by

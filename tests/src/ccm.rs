@@ -50,8 +50,21 @@ impl CcmProcess {
         args: &[String],
         env: &[(&str, &str)],
     ) -> Result<Self> {
-        crate::init();
         let bin = paths::workspace_binary(binary)?;
+        Self::start_binary(&bin, name, kubeconfig, dir, args, env)
+    }
+
+    /// As [`CcmProcess::start_with_env`], for a cloud-controller-manager binary at `bin` (one
+    /// not built from this workspace, e.g. the sample provider built from published crates).
+    pub fn start_binary(
+        bin: &Path,
+        name: &str,
+        kubeconfig: &Path,
+        dir: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+    ) -> Result<Self> {
+        crate::init();
         let port = free_port();
         let mut all = vec![
             format!("--kubeconfig={}", kubeconfig.display()),
@@ -69,7 +82,7 @@ impl CcmProcess {
             .and_then(|t| t.split(',').next().map(str::to_string));
         let process = ManagedProcess::spawn(
             name,
-            &bin,
+            bin,
             &all,
             &std::iter::once((
                 "RUST_LOG".to_string(),

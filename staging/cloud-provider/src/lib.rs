@@ -4,8 +4,62 @@
 //! Implement [`CloudProvider`] and the capabilities your cloud has ([`InstancesV2`] — or the
 //! legacy [`Instances`] + [`Zones`] —, [`LoadBalancer`], [`Routes`]), return [`CloudError`]'s
 //! sentinel variants where the controllers act on them (`InstanceNotFound`, `NotImplemented`,
-//! `ImplementedElsewhere`, `Retry`), and test against the same controllers with the
-//! `fake` provider (feature `fake`) as a model.
+//! `ImplementedElsewhere`, `Retry`), and run the command with [`app::main`]:
+//!
+//! ```no_run
+//! use std::{process::ExitCode, sync::Arc};
+//!
+//! use k8s_cloud_provider::{
+//!     CloudError, CloudProvider, CloudResult, InstanceMetadata, InstancesV2, app::ProviderSpec,
+//! };
+//! use k8s_openapi::api::core::v1::Node;
+//!
+//! struct MyCloud;
+//!
+//! #[async_trait::async_trait]
+//! impl CloudProvider for MyCloud {
+//!     fn provider_name(&self) -> &str {
+//!         "mycloud"
+//!     }
+//!     fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+//!         Some(self)
+//!     }
+//! }
+//!
+//! #[async_trait::async_trait]
+//! impl InstancesV2 for MyCloud {
+//!     async fn instance_exists(&self, _node: &Node) -> CloudResult<bool> {
+//!         Ok(true) // `false` deletes the Node: only when the cloud says it is gone
+//!     }
+//!     async fn instance_shutdown(&self, _node: &Node) -> CloudResult<bool> {
+//!         Ok(false)
+//!     }
+//!     async fn instance_metadata(&self, node: &Node) -> CloudResult<Option<InstanceMetadata>> {
+//!         let name = node.metadata.name.clone().ok_or(CloudError::InstanceNotFound)?;
+//!         Ok(Some(InstanceMetadata {
+//!             provider_id: format!("mycloud://{name}"),
+//!             zone: "zone-a".into(),
+//!             ..Default::default()
+//!         }))
+//!     }
+//! }
+//!
+//! fn main() -> ExitCode {
+//!     // The factory receives the bytes of `--cloud-config` (None without the flag).
+//!     let factory: k8s_cloud_provider::registry::Factory = Arc::new(|_config| {
+//!         Box::pin(async { Ok(Arc::new(MyCloud) as Arc<dyn CloudProvider>) })
+//!     });
+//!     k8s_cloud_provider::app::main(ProviderSpec::new("mycloud", factory))
+//! }
+//! ```
+//!
+//! `examples/cloud-provider-sample` in the repository is a complete provider built this way
+//! from the published crates, with a walk-through of what a vendor writes (`ProviderSpec`,
+//! provider controllers and commands, metrics, boundary rules).
+//!
+//! # Feature flags
+//! - `fake`: the module `fake`, a programmable in-memory provider that records every call — a model to
+//!   test a provider's behaviour against the same controllers. Off by default.
 //!
 //! # What is here
 //! - [`cloud`]: the interface; [`error`]: its errors; [`registry`]: name → factory;
@@ -29,6 +83,12 @@ pub mod node;
 pub mod registry;
 pub mod service;
 pub mod well_known;
+
+/// The controller-manager machinery this framework is built on (metrics registry, informers,
+/// work queues, leader election), at the exact version it uses: a provider reaches, e.g., the
+/// [`Metrics`](k8s_controller_manager::metrics::Metrics) its
+/// [`CloudProvider::register_metrics`] receives through here without a dependency of its own.
+pub use k8s_controller_manager;
 
 pub use cloud::{
     CloudProvider, Clusters, InitContext, InstanceMetadata, Instances, InstancesV2, LoadBalancer, Route,

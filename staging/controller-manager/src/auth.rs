@@ -37,7 +37,7 @@ use std::{
 };
 
 use k8s_openapi::api::{
-    authentication::v1::{TokenReview, TokenReviewSpec},
+    authentication::v1::TokenReview,
     authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
     core::v1::ConfigMap,
 };
@@ -531,11 +531,11 @@ fn path_matches(pattern: &str, path: &str) -> bool {
 }
 
 async fn review_token(client: &Client, token: &str) -> Result<Option<UserInfo>, kube::Error> {
+    // The spec is built from JSON: `token` is an `Option<String>` in k8s-openapi's API versions
+    // up to 1.35 and a `String` from 1.36 on, and the binary, not this library, chooses one.
     let review = TokenReview {
-        spec: TokenReviewSpec {
-            token: Some(token.to_string()),
-            audiences: None,
-        },
+        spec: serde_json::from_value(serde_json::json!({ "token": token }))
+            .map_err(kube::Error::SerdeError)?,
         ..Default::default()
     };
     let answer = Api::<TokenReview>::all(client.clone())

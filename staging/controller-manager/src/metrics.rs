@@ -5,6 +5,10 @@
 //! Controllers and providers register their own metrics into [`Metrics::registry`]. The text
 //! exposition format is served on `/metrics` by the controller manager's HTTP server.
 
+/// The `prometheus` crate this registry is built with: a provider registers collectors of this
+/// version (`k8s_controller_manager::metrics::prometheus::IntCounter`, …), so that its metrics
+/// land in the same registry without a second, incompatible copy of the crate.
+pub use prometheus;
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
 };

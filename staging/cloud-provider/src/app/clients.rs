@@ -6,10 +6,7 @@
 use std::{path::PathBuf, time::Duration};
 
 use k8s_controller_manager::{client::build_writer_client, private_files};
-use k8s_openapi::api::{
-    authentication::v1::{TokenRequest, TokenRequestSpec},
-    core::v1::ServiceAccount,
-};
+use k8s_openapi::api::{authentication::v1::TokenRequest, core::v1::ServiceAccount};
 use kube::{
     Api, Client,
     api::{ObjectMeta, PostParams},
@@ -43,12 +40,12 @@ async fn mint_token(root: &Client, name: &str) -> Result<String, String> {
             Err(e) => return Err(format!("creating service account {NAMESPACE}/{name}: {e}")),
         }
     }
+    // Spec and status are read through JSON: their fields' types differ between k8s-openapi's
+    // API versions (`audiences`, `status.token` are optional from 1.36 on), and the binary, not
+    // this library, chooses the version.
+    let spec = serde_json::json!({ "audiences": [], "expirationSeconds": TOKEN_SECONDS });
     let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(),
-            expiration_seconds: Some(TOKEN_SECONDS),
-            ..Default::default()
-        },
+        spec: serde_json::from_value(spec).map_err(|e| format!("building a TokenRequest: {e}"))?,
         ..Default::default()
     };
     let answer: TokenRequest = sas
@@ -57,7 +54,9 @@ async fn mint_token(root: &Client, name: &str) -> Result<String, String> {
         .map_err(|e| format!("requesting a token for service account {NAMESPACE}/{name}: {e}"))?;
     answer
         .status
-        .map(|s| s.token)
+        .and_then(|status| serde_json::to_value(status).ok())
+        .and_then(|status| status.get("token")?.as_str().map(str::to_string))
+        .filter(|token| !token.is_empty())
         .ok_or_else(|| format!("TokenRequest for {NAMESPACE}/{name} returned no token"))
 }
 

@@ -1,0 +1,9 @@
+//! `cloud-controller-manager-sample`: the framework's cloud-controller-manager with the sample
+//! provider linked in. Every flag of the Go `cloud-controller-manager` is there
+//! (`--cloud-config`, `--controllers`, `--leader-elect`, …); `--help` lists them.
+
+mod provider;
+
+fn main() -> std::process::ExitCode {
+    k8s_cloud_provider::app::main(provider::provider_spec())
+}

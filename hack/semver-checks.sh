@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The API check of the staged crates: each one's public API now, compared by
+# cargo-semver-checks with the same crate as the last release published it (hack/last-release:
+# its version and commit). The release is published to a fresh registry on 127.0.0.1 from that
+# commit, downloaded from it like any dependency, and used as the baseline.
+#
+# A change that breaks a public item fails unless the workspace version is bumped enough for
+# it (before 1.0: 0.1.x -> 0.2.0): cargo-semver-checks reads the required bump from the two
+# versions. While the workspace version is still the last release's (nothing bumped yet), the
+# unreleased changes are held to a patch release's rules (0.1.0 -> 0.1.1: additions only).
+#
+#   hack/semver-checks.sh [-p CRATE ...]     default: every staged crate
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+CACHE="${RCP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rust-cloud-provider}"
+export PATH="$CACHE/bin:$PATH"
+fail() { echo "semver-checks: $*" >&2; exit 1; }
+command -v cargo-semver-checks >/dev/null || fail "cargo-semver-checks is not installed: run hack/install-test-deps.sh"
+
+crates=()
+while (($#)); do
+  case "$1" in
+    -p) crates+=("${2:?-p needs a crate}"); shift ;;
+    *) fail "unknown argument '$1' (usage: $0 [-p CRATE ...])" ;;
+  esac
+  shift
+done
+((${#crates[@]})) || mapfile -t crates < <(hack/staged-crates.sh)
+
+[[ -f hack/last-release ]] || fail "hack/last-release is missing: nothing to compare with"
+# shellcheck disable=SC1091
+source hack/last-release
+: "${version:?hack/last-release names no version}" "${commit:?hack/last-release names no commit}"
+last=$version
+current=$(sed -n '/^\[workspace.package\]/,/^\[/ s/^version = "\(.*\)"$/\1/p' Cargo.toml)
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/semver-checks.XXXXXX")
+# shellcheck source=hack/lib-registry.sh
+source hack/lib-registry.sh
+target=${CARGO_TARGET_DIR:-$ROOT/target}
+trap 'stop_registries; drop_registry_copies "$target"; rm -rf "$work"' EXIT
+
+echo "semver-checks: baseline: the staged crates $last as published from ${commit:0:12}"
+start_registry rcp-baseline
+# Verified when it was released; here only its sources matter.
+hack/publish-staging.sh --registry rcp-baseline --rev "$commit" --no-verify >"$work/publish.log" 2>&1 ||
+  { cat "$work/publish.log"; fail "could not publish the baseline from $commit"; }
+
+# The baseline as a workspace of the crates downloaded from the registry.
+mkdir -p "$work/baseline"
+members=()
+for c in "${crates[@]}"; do
+  curl -sSfL "$registry_api/api/v1/crates/$c/$last/download" -o "$work/$c.crate" ||
+    fail "the registry has no $c $last (was it in the release?)"
+  tar -xzf "$work/$c.crate" -C "$work/baseline"
+  members+=("\"$c-$last\"")
+done
+printf '[workspace]\nresolver = "3"\nmembers = [%s]\n' "$(IFS=,; echo "${members[*]}")" >"$work/baseline/Cargo.toml"
+
+release_type=()
+if [[ "$current" == "$last" ]]; then
+  release_type=(--release-type patch)
+  echo "semver-checks: version $current not bumped since the release: only changes a patch release may make are accepted"
+else
+  echo "semver-checks: version $last -> $current"
+fi
+args=()
+for c in "${crates[@]}"; do args+=(-p "$c"); done
+# The libraries enable no k8s-openapi version (their binaries do): the rustdoc builds, made
+# outside the repository, need the variable the repository's .cargo/config.toml sets.
+export K8S_OPENAPI_ENABLED_VERSION
+K8S_OPENAPI_ENABLED_VERSION=$(sed -n 's/^K8S_OPENAPI_ENABLED_VERSION = "\(.*\)"$/\1/p' .cargo/config.toml)
+cargo semver-checks check-release "${args[@]}" --baseline-root "$work/baseline" "${release_type[@]}"
