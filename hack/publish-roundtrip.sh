@@ -102,8 +102,9 @@ cp "$work/sources" "$CACHE/sample/sources"
 echo "[publish-roundtrip] sample: $(cat "$sample"/src/*.rs | wc -l) lines of Rust, $(wc -l < "$sample/Cargo.toml") of Cargo.toml; its crates from the test registry:"
 grep -B2 "source = \"registry+file://$work/rcp-test\"" "$sample/Cargo.lock" | grep -E '^(name|version)' | paste - - | sed 's/^/  /'
 
-step "the sample's boundary rules (cargo deny check bans, its deny.toml)"
-(cd "$sample" && cargo deny --offline --color never check bans)
+step "the sample: cargo fmt, cargo clippy, and its boundary rules (cargo deny, its deny.toml)"
+(cd "$sample" && cargo fmt --check && CARGO_TARGET_DIR=$target cargo clippy --quiet --bin cloud-controller-manager-sample -- -D warnings &&
+  cargo deny --offline --color never check bans) || fail "the sample is not clean (cargo fmt, cargo clippy or cargo deny)"
 
 step "documentation as docs.rs builds it, from the published crates"
 # Each crate as downloaded from the registry, outside the repository (none of its cargo

@@ -41,8 +41,10 @@ pub fn provider_spec() -> ProviderSpec {
 fn factory() -> Factory {
     Arc::new(|bytes: Option<Vec<u8>>| {
         Box::pin(async move {
-            let bytes = bytes.ok_or("the sample provider needs --cloud-config (a JSON file naming the inventory)")?;
-            let config: CloudConfig = serde_json::from_slice(&bytes).map_err(|e| format!("--cloud-config: {e}"))?;
+            let bytes =
+                bytes.ok_or("the sample provider needs --cloud-config (a JSON file naming the inventory)")?;
+            let config: CloudConfig =
+                serde_json::from_slice(&bytes).map_err(|e| format!("--cloud-config: {e}"))?;
             Ok(Arc::new(SampleCloud::new(config.inventory)) as Arc<dyn CloudProvider>)
         })
     })
@@ -93,8 +95,11 @@ struct SampleCloud {
 
 impl SampleCloud {
     fn new(inventory: PathBuf) -> Self {
-        let reads = IntCounter::new("sample_inventory_reads_total", "Reads of the machine inventory file.")
-            .expect("a valid metric name");
+        let reads = IntCounter::new(
+            "sample_inventory_reads_total",
+            "Reads of the machine inventory file.",
+        )
+        .expect("a valid metric name");
         Self { inventory, reads }
     }
 
@@ -108,7 +113,11 @@ impl SampleCloud {
         let inventory: Inventory = serde_json::from_slice(&bytes)
             .map_err(|e| CloudError::wrap(format_args!("inventory {}", self.inventory.display()), e))?;
         let name = node.metadata.name.as_deref().unwrap_or_default();
-        let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
+        let provider_id = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .unwrap_or_default();
         let wanted = if provider_id.is_empty() {
             None
         } else {
