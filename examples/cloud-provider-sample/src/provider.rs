@@ -41,8 +41,9 @@ pub fn provider_spec() -> ProviderSpec {
 fn factory() -> Factory {
     Arc::new(|bytes: Option<Vec<u8>>| {
         Box::pin(async move {
-            let bytes =
-                bytes.ok_or("the sample provider needs --cloud-config (a JSON file naming the inventory)")?;
+            let bytes = bytes.ok_or(
+                "the sample provider needs --cloud-config (a JSON file naming the inventory)",
+            )?;
             let config: CloudConfig =
                 serde_json::from_slice(&bytes).map_err(|e| format!("--cloud-config: {e}"))?;
             Ok(Arc::new(SampleCloud::new(config.inventory)) as Arc<dyn CloudProvider>)
@@ -108,10 +109,12 @@ impl SampleCloud {
     fn machine_of(&self, node: &Node) -> CloudResult<Option<Machine>> {
         self.reads.inc();
         // A small local file: a plain read (a real cloud's API call goes here).
-        let bytes = std::fs::read(&self.inventory)
-            .map_err(|e| CloudError::wrap(format_args!("inventory {}", self.inventory.display()), e))?;
-        let inventory: Inventory = serde_json::from_slice(&bytes)
-            .map_err(|e| CloudError::wrap(format_args!("inventory {}", self.inventory.display()), e))?;
+        let bytes = std::fs::read(&self.inventory).map_err(|e| {
+            CloudError::wrap(format_args!("inventory {}", self.inventory.display()), e)
+        })?;
+        let inventory: Inventory = serde_json::from_slice(&bytes).map_err(|e| {
+            CloudError::wrap(format_args!("inventory {}", self.inventory.display()), e)
+        })?;
         let name = node.metadata.name.as_deref().unwrap_or_default();
         let provider_id = node
             .spec
@@ -158,7 +161,9 @@ impl InstancesV2 for SampleCloud {
     }
 
     async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
-        Ok(self.machine_of(node)?.is_some_and(|m| m.state == State::Stopped))
+        Ok(self
+            .machine_of(node)?
+            .is_some_and(|m| m.state == State::Stopped))
     }
 
     async fn instance_metadata(&self, node: &Node) -> CloudResult<Option<InstanceMetadata>> {
