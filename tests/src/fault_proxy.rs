@@ -34,6 +34,9 @@ pub enum Action {
     },
     /// The request is forwarded after this delay.
     Delay(Duration),
+    /// The request is forwarded at once (the operation happens) and its answer returned after
+    /// this delay: a late answer.
+    DelayAnswer(Duration),
     /// The connection is closed without an answer.
     Drop,
     /// No answer at all (until the client gives up).
@@ -444,7 +447,7 @@ async fn handle(
                         .and_then(|c| c.split('<').next())
                         .map(str::to_string)
                         .unwrap_or_else(|| format!("HTTP {status}")),
-                    Action::Delay(_) => "Delay".into(),
+                    Action::Delay(_) | Action::DelayAnswer(_) => "Delay".into(),
                     Action::Reset => "Reset".into(),
                     Action::LoseAnswer { .. } => "LostAnswer".into(),
                     Action::Drop | Action::Hang => "Other".into(),
@@ -458,8 +461,13 @@ async fn handle(
         found
     };
     let mut lose_answer = None;
+    let mut answer_delay = None;
     let outcome = match action {
         None => Outcome::Forward,
+        Some(Action::DelayAnswer(d)) => {
+            answer_delay = Some(d);
+            Outcome::Forward
+        }
         Some(Action::Delay(d)) => {
             tokio::time::sleep(d).await;
             Outcome::Forward
@@ -505,6 +513,9 @@ async fn handle(
         }
     }
     let sent = forward.body(body).send().await;
+    if let Some(delay) = answer_delay {
+        tokio::time::sleep(delay).await;
+    }
     if let Some((status, body)) = lose_answer {
         // The operation happened upstream (its answer is read and thrown away).
         if let Ok(resp) = sent {

@@ -129,3 +129,199 @@ async fn the_lease_is_renewed_throughout_a_slow_start() -> Result<()> {
     assert!(first.is_leader(LEASE).await);
     Ok(())
 }
+
+/// Writes of `writer` in the shared cloud write log, as `(µs since the epoch, call)`.
+fn writes_of(log: &str, writer: &str) -> Vec<(u128, String)> {
+    log.lines()
+        .filter_map(|l| {
+            let mut parts = l.splitn(3, ' ');
+            let (at, who, call) = (parts.next()?, parts.next()?, parts.next()?);
+            (who == writer).then(|| Some((at.parse().ok()?, call.to_string())))?
+        })
+        .collect()
+}
+
+/// The hand-over when the leader's lease renewals are answered late (the API server applies
+/// them, the answers come 12 s later, past the 10 s renew deadline): in the cloud's own request
+/// log — a write log both processes' fake clouds append to — no write of the old leader comes
+/// after the first write of the new one. `RCP_LEASE_TRIALS` trials (CI's smoke form: 2; the
+/// issue's figure: 20).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_renewals_are_answered_late_writes_nothing_after_the_new_leader_starts() -> Result<()>
+{
+    let trials: usize = std::env::var("RCP_LEASE_TRIALS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(2);
+    let cluster = TestCluster::start().await?;
+    let proxy = FaultProxy::start_tls_self_signed(cluster.server()).await?;
+    let admin = std::fs::read_to_string(cluster.kubeconfig_path())?;
+    let proxied = cluster.dir().join("proxied.kubeconfig");
+    std::fs::write(
+        &proxied,
+        admin.replace(cluster.server(), &format!("https://127.0.0.1:{}", proxy.port())),
+    )?;
+    let log_path = cluster.dir().join("cloud-writes.log");
+    let cloud = cluster.dir().join("fake.json");
+    std::fs::write(&cloud, "{}")?;
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(cluster.client().await?, "default");
+    let start_writer = |name: String, kubeconfig: &std::path::Path| -> Result<CcmProcess> {
+        let args = [
+            format!("--cloud-config={}", cloud.display()),
+            "--controllers=service".to_string(),
+        ];
+        let log = log_path.display().to_string();
+        CcmProcess::start_with_env(
+            FAKE,
+            &name,
+            kubeconfig,
+            cluster.dir(),
+            &args,
+            &[
+                ("RCP_FAKE_CLOUD_WRITE_LOG", log.as_str()),
+                ("RCP_FAKE_CLOUD_WRITER", name.as_str()),
+            ],
+        )
+    };
+    let mut gaps = Vec::new();
+    for trial in 0..trials {
+        proxy.clear();
+        let (a_name, b_name) = (format!("old-leader-{trial}"), format!("new-leader-{trial}"));
+        let mut old = start_writer(a_name.clone(), &proxied)?;
+        wait_for("the first CCM leads", T, || async {
+            old.is_leader(LEASE).await.then_some(())
+        })
+        .await?;
+        let new = start_writer(b_name.clone(), cluster.kubeconfig_path())?;
+        wait_for("the standby is up", T, || async {
+            (new.get("/healthz").await.ok()?.0 == 200).then_some(())
+        })
+        .await?;
+        // A steady stream of work: a new LoadBalancer Service every 300 ms, whoever leads.
+        let stop = tokio_util::sync::CancellationToken::new();
+        let creator = {
+            let (services, stop) = (services.clone(), stop.clone());
+            tokio::spawn(async move {
+                for n in 0.. {
+                    let svc =
+                        rcp_e2e::k8s::load_balancer_service(&format!("t{trial}-s{n}"), &[], &[(80, "http")]);
+                    let _ = services.create(&Default::default(), &svc).await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(300)) => {}
+                        _ = stop.cancelled() => return,
+                    }
+                }
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        // From now on every renewal of the old leader reaches the API server (and is applied)
+        // but is answered 12 s late.
+        proxy.add(Rule::new(
+            &[&format!("/leases/{LEASE}"), "holderIdentity"],
+            Action::DelayAnswer(Duration::from_secs(12)),
+        ));
+        wait_for("the standby leads", Duration::from_secs(90), || async {
+            new.is_leader(LEASE).await.then_some(())
+        })
+        .await?;
+        wait_for("the new leader writes", T, || async {
+            let log = std::fs::read_to_string(&log_path).ok()?;
+            (!writes_of(&log, &b_name).is_empty()).then_some(())
+        })
+        .await?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        stop.cancel();
+        let _ = creator.await;
+        let log = std::fs::read_to_string(&log_path)?;
+        let (old_writes, new_writes) = (writes_of(&log, &a_name), writes_of(&log, &b_name));
+        let old_last = old_writes
+            .iter()
+            .map(|w| w.0)
+            .max()
+            .context("the old leader never wrote")?;
+        let new_first = new_writes
+            .iter()
+            .map(|w| w.0)
+            .min()
+            .context("the new leader never wrote")?;
+        let gap = new_first as f64 / 1e6 - old_last as f64 / 1e6;
+        println!(
+            "trial {trial}: old leader {} writes, last at T; new leader {} writes, first at T{gap:+.2} s",
+            old_writes.len(),
+            new_writes.len()
+        );
+        assert!(
+            old_last < new_first,
+            "trial {trial}: the old leader wrote after the new leader's first write ({gap:.3} s)"
+        );
+        assert_eq!(
+            old.wait_exit(Duration::from_secs(30))?,
+            Some(1),
+            "the old leader exits 1"
+        );
+        assert!(
+            old.log().contains("leaderelection lost"),
+            "the old leader says why"
+        );
+        gaps.push(gap);
+        // The new leader stops (and releases the lease) before the next trial.
+        drop(new);
+    }
+    let min = gaps.iter().copied().fold(f64::INFINITY, f64::min);
+    println!(
+        "{trials} trials: no write of an old leader after a new leader's first; smallest gap {min:.2} s"
+    );
+    Ok(())
+}
+
+/// A shared informer that cannot list or watch (every request for Nodes answered 500 by a
+/// proxy in front of the API server): `/readyz` turns 503 naming it after 30 s, and the process
+/// stops after 120 s (exit 1) — a controller manager never runs on with a cache it can no
+/// longer refresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_informer_that_cannot_list_or_watch_makes_the_process_unready_then_stop() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let proxy = FaultProxy::start_tls_self_signed(cluster.server()).await?;
+    proxy.add(Rule::new(
+        &["/api/v1/nodes"],
+        Action::Respond {
+            status: 500,
+            body: "injected".into(),
+        },
+    ));
+    let admin = std::fs::read_to_string(cluster.kubeconfig_path())?;
+    let proxied = cluster.dir().join("proxied.kubeconfig");
+    std::fs::write(
+        &proxied,
+        admin.replace(cluster.server(), &format!("https://127.0.0.1:{}", proxy.port())),
+    )?;
+    let started = Instant::now();
+    let mut ccm = start(&cluster, "ccm-informer", &proxied, &["--leader-elect=false"])?;
+    let unready = wait_for("/readyz names the informer", Duration::from_secs(60), || async {
+        let (status, body) = ccm.get("/readyz?verbose").await.ok()?;
+        (status == 503 && body.contains("the nodes informer has failed to list or watch")).then_some(())
+    })
+    .await
+    .map(|()| started.elapsed())
+    .with_context(|| ccm.log())?;
+    println!("readyz 503 (nodes informer) {unready:.1?} after start");
+    let mut exited = None;
+    while exited.is_none() && started.elapsed() < Duration::from_secs(180) {
+        exited = ccm.wait_exit(Duration::from_secs(1))?;
+    }
+    let code = exited.with_context(|| format!("still running after 180 s: {}", ccm.log()))?;
+    println!("exited {code} {:.1?} after start", started.elapsed());
+    assert_eq!(code, 1);
+    assert!(
+        ccm.log()
+            .contains("the nodes informer has failed to list or watch"),
+        "{}",
+        ccm.log()
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(120),
+        "not before the bound"
+    );
+    Ok(())
+}

@@ -45,12 +45,25 @@ pub const PLACEHOLDER_SUFFIX: &str = ".dry-run.invalid";
 pub struct AuditedCloud {
     inner: Arc<dyn CloudProvider>,
     dry_run: Option<DryRun>,
+    fence: Option<tokio_util::sync::CancellationToken>,
 }
 
 impl AuditedCloud {
     /// Wraps `inner`; `dry_run` switches shadow mode on.
     pub fn new(inner: Arc<dyn CloudProvider>, dry_run: Option<DryRun>) -> Self {
-        Self { inner, dry_run }
+        Self {
+            inner,
+            dry_run,
+            fence: None,
+        }
+    }
+
+    /// Refuses every write from the moment `fence` is cancelled (the controller manager
+    /// cancels it when its lease is lost, from the thread that renews the lease): a write the
+    /// controllers attempt after that is an error, whatever state their tasks are in.
+    pub fn with_fence(mut self, fence: tokio_util::sync::CancellationToken) -> Self {
+        self.fence = Some(fence);
+        self
     }
 
     /// The provider itself.
@@ -63,9 +76,15 @@ impl AuditedCloud {
         self.dry_run.is_some()
     }
 
-    /// Records (dry run: `true`, the caller must not write) or logs (`false`) one write.
-    fn write(&self, controller: &str, action: &str, object: &str) -> bool {
-        match &self.dry_run {
+    /// Records (dry run: `true`, the caller must not write) or logs (`false`) one write; an
+    /// error once the fence is down.
+    fn write(&self, controller: &str, action: &str, object: &str) -> CloudResult<bool> {
+        if self.fence.as_ref().is_some_and(|f| f.is_cancelled()) {
+            return Err(CloudError::msg(format!(
+                "{action} {object}: not written: this controller manager lost its leadership"
+            )));
+        }
+        Ok(match &self.dry_run {
             Some(dry_run) => {
                 dry_run.record(controller, action, object);
                 true
@@ -74,7 +93,7 @@ impl AuditedCloud {
                 debug!(dry_run = false, controller, action, object, "write");
                 false
             }
-        }
+        })
     }
 }
 
@@ -172,7 +191,7 @@ impl LoadBalancer for AuditedCloud {
         service: &Service,
         nodes: &[Arc<Node>],
     ) -> CloudResult<LoadBalancerStatus> {
-        if !self.write(service::CLIENT_NAME, "EnsureLoadBalancer", &service_key(service)) {
+        if !self.write(service::CLIENT_NAME, "EnsureLoadBalancer", &service_key(service))? {
             return self
                 .lb()?
                 .ensure_load_balancer(cluster_name, service, nodes)
@@ -196,7 +215,7 @@ impl LoadBalancer for AuditedCloud {
         service: &Service,
         nodes: &[Arc<Node>],
     ) -> CloudResult<()> {
-        if !self.write(service::CLIENT_NAME, "UpdateLoadBalancer", &service_key(service)) {
+        if !self.write(service::CLIENT_NAME, "UpdateLoadBalancer", &service_key(service))? {
             return self
                 .lb()?
                 .update_load_balancer(cluster_name, service, nodes)
@@ -210,7 +229,7 @@ impl LoadBalancer for AuditedCloud {
             service::CLIENT_NAME,
             "EnsureLoadBalancerDeleted",
             &service_key(service),
-        ) {
+        )? {
             return self
                 .lb()?
                 .ensure_load_balancer_deleted(cluster_name, service)
@@ -227,14 +246,14 @@ impl Routes for AuditedCloud {
     }
 
     async fn create_route(&self, cluster_name: &str, name_hint: &str, route: &Route) -> CloudResult<()> {
-        if !self.write(route::CLIENT_NAME, "CreateRoute", &route_key(route)) {
+        if !self.write(route::CLIENT_NAME, "CreateRoute", &route_key(route))? {
             return self.rt()?.create_route(cluster_name, name_hint, route).await;
         }
         Ok(())
     }
 
     async fn delete_route(&self, cluster_name: &str, route: &Route) -> CloudResult<()> {
-        if !self.write(route::CLIENT_NAME, "DeleteRoute", &route_key(route)) {
+        if !self.write(route::CLIENT_NAME, "DeleteRoute", &route_key(route))? {
             return self.rt()?.delete_route(cluster_name, route).await;
         }
         Ok(())

@@ -133,8 +133,19 @@ impl<K> Store<K> {
 /// Transform applied to each object before it is cached.
 pub type Transform<K> = Arc<dyn Fn(&mut K) + Send + Sync>;
 
+/// How an informer's LIST+WATCH is doing (see [`Informer::health`]).
+#[derive(Debug, Clone, Default)]
+pub struct InformerHealth {
+    /// Since when every LIST/WATCH attempt has failed (none since the last success), with the
+    /// last error; `None` while it works.
+    pub failing_since: Option<(std::time::Instant, String)>,
+    /// Whether its [`Informer::run`] ended before shutdown (the cache is frozen from then on).
+    pub ended: bool,
+}
+
 /// A shared informer for one resource kind.
 pub struct Informer<K> {
+    health: Arc<parking_lot::Mutex<InformerHealth>>,
     store: Store<K>,
     synced_tx: Arc<watch::Sender<bool>>,
     events: broadcast::Sender<InformerEvent<K>>,
@@ -145,6 +156,7 @@ pub struct Informer<K> {
 impl<K: Resource<DynamicType = ()> + Clone> Clone for Informer<K> {
     fn clone(&self) -> Self {
         Self {
+            health: self.health.clone(),
             store: self.store.clone(),
             synced_tx: self.synced_tx.clone(),
             events: self.events.clone(),
@@ -168,6 +180,7 @@ where
         let (synced_tx, synced) = watch::channel(false);
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         Self {
+            health: Arc::default(),
             store: Store {
                 objects: Arc::default(),
                 synced,
@@ -177,6 +190,12 @@ where
             api,
             transform,
         }
+    }
+
+    /// How its LIST+WATCH is doing: a controller manager supervises this (a cache that can no
+    /// longer be refreshed must not look healthy).
+    pub fn health(&self) -> InformerHealth {
+        self.health.lock().clone()
     }
 
     /// The cache.
@@ -202,10 +221,23 @@ where
                 next = stream.try_next() => next,
             };
             let event = match next {
-                Ok(Some(ev)) => ev,
-                Ok(None) => return,
+                Ok(Some(ev)) => {
+                    self.health.lock().failing_since = None;
+                    ev
+                }
+                Ok(None) => {
+                    tracing::error!(kind = %kind, "the watch stream ended");
+                    self.health.lock().ended = true;
+                    return;
+                }
                 Err(e) => {
                     tracing::warn!(kind = %kind, error = %e, "watch failed, retrying with back-off");
+                    let mut health = self.health.lock();
+                    let since = health
+                        .failing_since
+                        .as_ref()
+                        .map_or_else(std::time::Instant::now, |(at, _)| *at);
+                    health.failing_since = Some((since, e.to_string()));
                     continue;
                 }
             };

@@ -7,13 +7,19 @@
 //!   candidates racing, one gets 409 Conflict and stays a follower;
 //! - the leader renews every `retry_period`; if it cannot renew for `renew_deadline` it has
 //!   lost the lease ([`LeaderElector::hold`] returns [`HoldOutcome::Lost`]; controller managers
-//!   exit then, as upstream does);
+//!   exit then, as upstream does). The deadline runs from when the last successful renewal
+//!   was **sent**, not from when its answer arrived: the other candidates judge expiry from
+//!   when they observe the record change, which is never before the request was sent, so a
+//!   late answer cannot stretch this leader's authority past theirs. A failed attempt is
+//!   retried every `retry_period`, and the loss noticed no later than the deadline itself;
 //! - on shutdown the leader releases the Lease ([`LeaderElector::release`]: empty holder, 1 s
 //!   duration), so a standby takes over within one retry period instead of a whole lease
 //!   duration.
 //!
-//! [`LeaderSession`] keeps a won lease renewed in its own task from the moment it is won until
-//! the holder has drained and releases it; a loss is reported at once.
+//! [`LeaderSession`] keeps a won lease renewed from the moment it is won until the holder has
+//! drained and releases it; a loss is reported at once. [`LeaderSession::start_dedicated`]
+//! renews on a thread and runtime of its own, with a client of its own, so that no amount of
+//! controller work on the process's runtime can delay a renewal.
 //!
 //! `leader_election_master_status{name}` is 1 while leading. [`LeaderElector::check`] is the
 //! `leaderElection` health check: it fails when this process leads but has not renewed for
@@ -97,7 +103,8 @@ struct Observed {
 
 /// One candidate in one election.
 pub struct LeaderElector {
-    api: Api<Lease>,
+    /// Replaced by [`LeaderElector::use_client`] (a dedicated renewal runtime's own client).
+    api: Mutex<Api<Lease>>,
     config: LeaderElectionConfig,
     observed: Mutex<Observed>,
     last_renew: Mutex<Option<Instant>>,
@@ -120,13 +127,24 @@ impl LeaderElector {
             g.with_label_values(&[&config.name]).set(0);
         }
         Arc::new(Self {
-            api: Api::namespaced(client, &config.namespace),
+            api: Mutex::new(Api::namespaced(client, &config.namespace)),
             config,
             observed: Mutex::new(Observed::default()),
             last_renew: Mutex::new(None),
             leading: Mutex::new(false),
             gauge,
         })
+    }
+
+    /// Makes every later request of this candidate go through `client` (e.g. one built on the
+    /// runtime that renews the lease: a kube client's requests are driven by the runtime it
+    /// was built on).
+    pub fn use_client(&self, client: Client) {
+        *self.api.lock() = Api::namespaced(client, &self.config.namespace);
+    }
+
+    fn api(&self) -> Api<Lease> {
+        self.api.lock().clone()
     }
 
     /// The election's settings.
@@ -172,14 +190,19 @@ impl LeaderElector {
     /// fail for `renew_deadline`, or [`HoldOutcome::Shutdown`] when `shutdown` is cancelled
     /// (the lease is still held: release it once the controllers have stopped).
     pub async fn hold(&self, shutdown: &CancellationToken) -> HoldOutcome {
+        let mut next_attempt = Instant::now() + self.config.retry_period;
         loop {
+            // Measured from when the last successful renewal was sent.
+            let deadline = self.last_renew.lock().unwrap_or_else(Instant::now) + self.config.renew_deadline;
             tokio::select! {
-                _ = tokio::time::sleep(self.config.retry_period) => {}
+                _ = tokio::time::sleep_until(next_attempt.min(deadline)) => {}
                 _ = shutdown.cancelled() => return HoldOutcome::Shutdown,
             }
-            let deadline = self.last_renew.lock().unwrap_or_else(Instant::now) + self.config.renew_deadline;
-            let attempt = tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await;
-            match attempt {
+            if Instant::now() >= deadline {
+                return self.lost_by_deadline();
+            }
+            next_attempt = Instant::now() + self.config.retry_period;
+            match tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await {
                 Ok(Ok(true)) => {}
                 Ok(Ok(false)) => {
                     warn!(lease = %self.lease_ref(), holder = %self.observed_holder(), "leaderelection lost: another candidate holds the lease");
@@ -187,14 +210,15 @@ impl LeaderElector {
                     return HoldOutcome::Lost;
                 }
                 Ok(Err(e)) => warn!(lease = %self.lease_ref(), error = %e, "failed to renew lease"),
-                Err(_) => {}
-            }
-            if Instant::now() >= deadline {
-                warn!(lease = %self.lease_ref(), "leaderelection lost: failed to renew within the renew deadline");
-                self.set_leading(false);
-                return HoldOutcome::Lost;
+                Err(_) => return self.lost_by_deadline(),
             }
         }
+    }
+
+    fn lost_by_deadline(&self) -> HoldOutcome {
+        warn!(lease = %self.lease_ref(), "leaderelection lost: failed to renew within the renew deadline");
+        self.set_leading(false);
+        HoldOutcome::Lost
     }
 
     /// The `leaderElection` health check.
@@ -227,10 +251,13 @@ impl LeaderElector {
 
     /// One client-go `tryAcquireOrRenew`. `Ok(true)` when this candidate holds the lease now.
     async fn try_acquire_or_renew(&self) -> Result<bool, kube::Error> {
+        // The renewal's moment is when it is sent (see the module docs).
+        let sent = Instant::now();
+        let api = self.api();
         let now = Timestamp::now();
         let me = self.config.identity.as_str();
         let duration_secs = self.config.lease_duration.as_secs().max(1) as i32;
-        let Some(mut lease) = self.api.get_opt(&self.config.name).await? else {
+        let Some(mut lease) = api.get_opt(&self.config.name).await? else {
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.config.name.clone()),
@@ -246,10 +273,10 @@ impl LeaderElector {
                     ..Default::default()
                 }),
             };
-            return match self.api.create(&PostParams::default(), &lease).await {
+            return match api.create(&PostParams::default(), &lease).await {
                 Ok(_) => {
                     self.observe(me, Some(now), self.config.lease_duration);
-                    *self.last_renew.lock() = Some(Instant::now());
+                    *self.last_renew.lock() = Some(sent);
                     Ok(true)
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
@@ -280,14 +307,13 @@ impl LeaderElector {
         spec.lease_duration_seconds = Some(duration_secs);
         spec.renew_time = Some(MicroTime(now));
         // `replace` sends the read resourceVersion: a concurrent writer makes this a 409.
-        match self
-            .api
+        match api
             .replace(&self.config.name, &PostParams::default(), &lease)
             .await
         {
             Ok(_) => {
                 self.observe(me, Some(now), self.config.lease_duration);
-                *self.last_renew.lock() = Some(Instant::now());
+                *self.last_renew.lock() = Some(sent);
                 Ok(true)
             }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
@@ -317,8 +343,9 @@ impl LeaderElector {
     /// Releases the lease if its holder is this candidate's identity, whatever this elector
     /// object believes (used for a lock acquired by another elector of the same identity).
     pub async fn release_held_by_identity(&self) {
+        let api = self.api();
         let result = async {
-            let Some(mut lease) = self.api.get_opt(&self.config.name).await? else {
+            let Some(mut lease) = api.get_opt(&self.config.name).await? else {
                 return Ok(());
             };
             let spec = lease.spec.get_or_insert_with(Default::default);
@@ -330,8 +357,7 @@ impl LeaderElector {
             spec.lease_duration_seconds = Some(1);
             spec.renew_time = Some(now.clone());
             spec.acquire_time = Some(now);
-            self.api
-                .replace(&self.config.name, &PostParams::default(), &lease)
+            api.replace(&self.config.name, &PostParams::default(), &lease)
                 .await
                 .map(|_| ())
         }
@@ -395,13 +421,54 @@ impl LeaderSession {
         Self { elector, stop, task }
     }
 
+    /// As [`LeaderSession::start`], renewing on a thread of its own with a single-threaded
+    /// runtime of its own and the client `make_client` builds there (called on that runtime,
+    /// which drives the client's requests): controller work on the process's runtime — a busy
+    /// worker thread, a CPU-heavy pass — can then never delay a renewal past the deadline. When
+    /// `make_client` fails, the elector's current client is kept (logged). `on_lost` runs on
+    /// the renewal thread.
+    pub fn start_dedicated(
+        elector: Arc<LeaderElector>,
+        make_client: impl FnOnce() -> Result<Client, String> + Send + 'static,
+        on_lost: impl FnOnce() + Send + 'static,
+    ) -> std::io::Result<Self> {
+        let stop = CancellationToken::new();
+        let (el, st) = (elector.clone(), stop.clone());
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        std::thread::Builder::new()
+            .name(format!("lease-{}", elector.config.name))
+            .spawn(move || {
+                let outcome = runtime.block_on(async move {
+                    match make_client() {
+                        Ok(client) => el.use_client(client),
+                        Err(e) => warn!(lease = %el.lease_ref(), error = %e, "no client of its own for the lease renewal; using the elector's"),
+                    }
+                    let outcome = el.hold(&st).await;
+                    match outcome {
+                        HoldOutcome::Lost => on_lost(),
+                        // `stop` is cancelled by `finish`, once the holder has drained: release
+                        // here, with this runtime's client (it ends with the runtime).
+                        HoldOutcome::Shutdown => el.release().await,
+                    }
+                    outcome
+                });
+                let _ = done_tx.send(outcome);
+            })?;
+        let task = tokio::spawn(async move { done_rx.await.unwrap_or(HoldOutcome::Lost) });
+        Ok(Self { elector, stop, task })
+    }
+
     /// The elector (e.g. for its health check).
     pub fn elector(&self) -> &Arc<LeaderElector> {
         &self.elector
     }
 
     /// Stops renewing and releases the lease (if still held): call after the controllers
-    /// stopped. Returns how holding ended.
+    /// stopped. Returns how holding ended (a dedicated session has released the lease on its
+    /// own thread by then).
     pub async fn finish(self) -> HoldOutcome {
         self.stop.cancel();
         let outcome = self.task.await.unwrap_or(HoldOutcome::Lost);

@@ -13,15 +13,24 @@
 //! `--cloud-config` → cluster-ID check → HTTPS `/healthz` `/livez` `/readyz` `/metrics` →
 //! leader election on a Lease → shared informers → `Initialize` → the enabled controllers.
 //!
-//! The lease is renewed from the moment it is won by a [`LeaderSession`] of its own, with its
-//! own client (its own request budget), so provider `Initialize`, token minting and
-//! `--controller-start-interval` never let it lapse. Losing it (or the migration lock) makes
-//! [`run`] return at once and [`main`] exit 1 at once, as upstream does: nothing waits for the
-//! controllers, so no write of this process follows the moment a standby may take over.
+//! The lease is renewed from the moment it is won by a [`LeaderSession`] of its own, on a
+//! thread and runtime of its own with its own client (its own request budget), so provider
+//! `Initialize`, token minting, `--controller-start-interval` and busy controllers on the
+//! process's runtime never let it lapse. Losing it (or the migration lock) — noticed at the
+//! latest when the renew deadline, counted from the last successful renewal's *sending*,
+//! passes — fences every cloud write at once (from the renewal thread: a write attempted after
+//! that is an error), aborts every controller task and its workers, and makes [`run`] return
+//! and [`main`] exit 1 at once, as upstream does: no write of this process follows the moment a
+//! standby may take over.
 //!
 //! Shutdown: SIGTERM/SIGINT stop the controllers, close the provider's sessions, flush queued
 //! events — the leases still being renewed meanwhile — then release the leases and exit 0
-//! (bounded: 10 s for controllers, 5 s for the provider, 5 s for events).
+//! (bounded: 10 s for controllers — then they are aborted, so that nothing runs on once the
+//! lease is released —, 5 s for the provider, 5 s for events).
+//!
+//! The shared informers are supervised: one whose LIST/WATCH has failed for
+//! [`INFORMER_UNREADY_AFTER`] fails `/readyz`; after [`INFORMER_FAIL_AFTER`] (or at once when
+//! it stops) the controller manager stops (exit 1) rather than run on a frozen cache.
 //!
 //! With `--enable-leader-migration` (spec §7): the controllers the migration configuration
 //! assigns to this component (or `*`) start only after the *migration* Lease is held as well;
@@ -30,7 +39,10 @@
 
 mod access;
 mod clients;
+mod leader;
 pub mod options;
+mod running;
+mod serving;
 
 use std::{
     collections::HashMap,
@@ -56,6 +68,13 @@ use tracing::{error, info, warn};
 
 pub use access::ClusterAccessFlags;
 pub use options::{Options, ValidatedOptions};
+pub use running::{INFORMER_FAIL_AFTER, INFORMER_UNREADY_AFTER};
+
+use leader::{LeaseClientFactory, LossSignal, win_lease};
+#[cfg(test)]
+use running::{ControllerFailure, supervise_controller};
+use running::{Held, TaskList};
+use serving::start_serving;
 
 use crate::{
     cloud::{CloudProvider, InitContext},
@@ -567,18 +586,36 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
     )?;
     let (cloud, config_changed) = build_cloud(&validated, &registry, &spec, &shutdown).await?;
     // Every cloud write of the controllers passes here (logged; not made with --dry-run).
-    let cloud: Arc<dyn CloudProvider> = Arc::new(AuditedCloud::new(cloud, dry_run.clone()));
+    // A lost lease fences them at once (see `LossSignal`).
+    let lost = LossSignal::default();
+    let cloud: Arc<dyn CloudProvider> =
+        Arc::new(AuditedCloud::new(cloud, dry_run.clone()).with_fence(lost.token.clone()));
     let (metrics, endpoints) = start_serving(opts, cloud.as_ref(), &shutdown).await?;
     if let Some(d) = &dry_run {
         metrics.register(Box::new(d.actions.clone()));
     }
 
-    // The primary lease, renewed by its own session and client from the moment it is won.
-    let lost = LossSignal::default();
+    // The primary lease, renewed by its own session, thread and client from the moment it is
+    // won.
+    let lease_client: LeaseClientFactory = {
+        let config = config.clone();
+        Arc::new(move || {
+            build_client(config.clone(), qps, burst, "leader-election").map_err(|e| e.to_string())
+        })
+    };
     let primary = match &validated.leader_election {
         Some(le) => {
             let le_client = build_client(config.clone(), qps, burst, "leader-election")?;
-            let Some(session) = win_lease(le, &le_client, &metrics, &endpoints, &lost, &shutdown).await
+            let Some(session) = win_lease(
+                le,
+                &le_client,
+                lease_client.clone(),
+                &metrics,
+                &endpoints,
+                &lost,
+                &shutdown,
+            )
+            .await
             else {
                 info!("shut down before acquiring leadership");
                 return Ok(());
@@ -589,6 +626,7 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
     };
 
     let controllers_stop = shutdown.child_token();
+    let tasks = Arc::new(TaskList::default());
     let migration: Arc<parking_lot::Mutex<Option<LeaderSession>>> = Arc::default();
     let held = Held {
         validated: &validated,
@@ -604,13 +642,19 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
         controllers_stop: controllers_stop.clone(),
         migration: migration.clone(),
         on_migration_lost: lost.on("migration leaderelection lost"),
+        tasks: tasks.clone(),
+        lease_client,
     };
     let outcome = tokio::select! {
         r = held.run(config, &shutdown) => r,
         _ = lost.token.cancelled() => {
-            // Return at once (the binary's main then exits the process): no write of this
-            // process may follow the moment a standby can take the lease.
+            // Stop every controller at once, without draining, and return (the binary's main
+            // then exits the process): no write of this process may follow the moment a
+            // standby can take the lease — a program embedding `run` included.
             controllers_stop.cancel();
+            if !tasks.abort_and_wait(Duration::from_secs(1)).await {
+                warn!("some controller tasks did not end within 1 s of being aborted");
+            }
             return Err(AppError::LeaderElectionLost(*lost.what.lock()));
         }
     };
@@ -632,50 +676,6 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
         return Err(AppError::CloudConfigChanged(path.unwrap_or_default()));
     }
     Ok(())
-}
-
-/// Contends for the primary lease until won (a session renewing it) or `shutdown` (`None`).
-async fn win_lease(
-    le: &k8s_controller_manager::leaderelection::LeaderElectionConfig,
-    client: &kube::Client,
-    metrics: &Metrics,
-    endpoints: &Endpoints,
-    lost: &LossSignal,
-    shutdown: &CancellationToken,
-) -> Option<LeaderSession> {
-    let elector = LeaderElector::new(
-        client.clone(),
-        le.clone(),
-        Some(metrics.leader_election_master_status.clone()),
-    );
-    for checks in [&endpoints.healthz, &endpoints.readyz] {
-        let e = elector.clone();
-        checks.add("leaderElection", Arc::new(move || e.check()));
-    }
-    info!(identity = %le.identity, lease = %format!("{}/{}", le.namespace, le.name), "leader election enabled");
-    if !elector.acquire(shutdown).await {
-        return None;
-    }
-    Some(LeaderSession::start(elector, lost.on("leaderelection lost")))
-}
-
-/// Set when a lease is lost, with which one.
-#[derive(Default, Clone)]
-struct LossSignal {
-    token: CancellationToken,
-    what: Arc<parking_lot::Mutex<&'static str>>,
-}
-
-impl LossSignal {
-    /// The `on_lost` callback of a [`LeaderSession`].
-    fn on(&self, what: &'static str) -> impl FnOnce() + Send + 'static {
-        let signal = self.clone();
-        move || {
-            error!("{what}");
-            *signal.what.lock() = what;
-            signal.token.cancel();
-        }
-    }
 }
 
 /// The cloud provider from `--cloud-config` (watched when the provider wants a restart on a
@@ -746,545 +746,6 @@ async fn build_cloud(
         ));
     }
     Ok((cloud, config_changed))
-}
-
-/// The metrics registry (with the provider's metrics) and the HTTPS endpoints, serving.
-async fn start_serving(
-    opts: &Options,
-    cloud: &dyn CloudProvider,
-    shutdown: &CancellationToken,
-) -> Result<(Arc<Metrics>, Endpoints), AppError> {
-    let metrics = Arc::new(Metrics::new());
-    cloud.register_metrics(&metrics);
-    let endpoints = Endpoints {
-        healthz: HealthChecks::default(),
-        livez: HealthChecks::default(),
-        readyz: HealthChecks::default(),
-        metrics: metrics.clone(),
-    };
-    if opts.serving.secure_port == 0 {
-        serve(
-            &serving_options(opts, None),
-            endpoints.clone(),
-            None,
-            shutdown.clone(),
-        )
-        .await?;
-        return Ok((metrics, endpoints));
-    }
-    let (delegation, client_ca) = delegation(opts).await?;
-    serve(
-        &serving_options(opts, client_ca),
-        endpoints.clone(),
-        Some(delegation),
-        shutdown.clone(),
-    )
-    .await?;
-    Ok((metrics, endpoints))
-}
-
-fn serving_options(opts: &Options, client_ca: Option<ClientCa>) -> ServingOptions {
-    ServingOptions {
-        bind_address: opts.serving.bind_address,
-        secure_port: opts.serving.secure_port,
-        tls_cert_file: opts.serving.tls_cert_file.clone(),
-        tls_private_key_file: opts.serving.tls_private_key_file.clone(),
-        cert_dir: opts.serving.cert_dir.clone(),
-        pair_name: "cloud-controller-manager".into(),
-        client_ca,
-        sni_cert_keys: opts.serving.tls_sni_cert_key.clone(),
-        tls_min_version: opts.serving.tls_min_version.clone(),
-        tls_cipher_suites: opts.serving.tls_cipher_suites.clone(),
-    }
-}
-
-/// A client for the delegated checks: from `kubeconfig`, else in-cluster; `None` (with
-/// upstream's warning) outside a cluster, as both kubeconfigs are optional upstream.
-async fn delegated_client(
-    flag: &'static str,
-    kubeconfig: Option<&std::path::Path>,
-    without: &str,
-) -> Result<Option<kube::Client>, AppError> {
-    let config = match kubeconfig.filter(|p| !p.as_os_str().is_empty()) {
-        Some(path) => load_config(Some(path), None).await.map_err(|e| {
-            AppError::InvalidFlags(format!(
-                "--{flag}: {}",
-                e.to_string().trim_start_matches("--kubeconfig ")
-            ))
-        })?,
-        None => match kube::Config::incluster() {
-            Ok(c) => c,
-            Err(_) => {
-                warn!("No {flag} provided, so {without} won't work.");
-                return Ok(None);
-            }
-        },
-    };
-    kube::Client::try_from(config)
-        .map(Some)
-        .map_err(|e| AppError::InvalidFlags(format!("--{flag}: building the client: {e}")))
-}
-
-/// The secure port's delegated authentication and authorization, and the client CA to ask
-/// client certificates for (`--client-ca-file`, else the cluster's, unless
-/// `--authentication-skip-lookup`).
-async fn delegation(opts: &Options) -> Result<(Delegation, Option<ClientCa>), AppError> {
-    let authn = &opts.authentication;
-    let authz = &opts.authorization;
-    let authentication_client = delegated_client(
-        "authentication-kubeconfig",
-        authn.authentication_kubeconfig.as_deref(),
-        "TokenReview of bearer tokens and the lookup of client-ca-file in configmap/extension-apiserver-authentication in kube-system",
-    )
-    .await?;
-    let authorization_client = delegated_client(
-        "authorization-kubeconfig",
-        authz.authorization_kubeconfig.as_deref(),
-        "SubjectAccessReview of authorization tokens",
-    )
-    .await?;
-    let client_ca_file = authn
-        .client_ca_file
-        .as_ref()
-        .filter(|p| !p.as_os_str().is_empty());
-    let client_ca = match (client_ca_file, &authentication_client) {
-        (Some(path), _) => Some(ClientCa {
-            source: format!("--client-ca-file {}", path.display()),
-            pem: std::fs::read_to_string(path)
-                .map_err(|e| AppError::InvalidFlags(format!("--client-ca-file {}: {e}", path.display())))?,
-            file: Some(path.clone()),
-        }),
-        (None, Some(client)) if !authn.authentication_skip_lookup => {
-            lookup_client_ca(client, authn.authentication_tolerate_lookup_failure)
-                .await
-                .map_err(|e| AppError::InvalidFlags(e.to_string()))?
-                .map(|pem| ClientCa {
-                    source: "configmap kube-system/extension-apiserver-authentication client-ca-file".into(),
-                    pem,
-                    file: None,
-                })
-        }
-        _ => None,
-    };
-    let mut options = DelegationOptions::new(authentication_client, authorization_client);
-    options.token_cache_ttl = authn.authentication_token_webhook_cache_ttl;
-    options.always_allow_paths = authz.always_allow_paths();
-    options.authorized_ttl = authz.authorization_webhook_cache_authorized_ttl;
-    options.unauthorized_ttl = authz.authorization_webhook_cache_unauthorized_ttl;
-    info!(
-        token_review = options.authentication_client.is_some(),
-        client_certificates = client_ca.is_some(),
-        subject_access_review = options.authorization_client.is_some(),
-        always_allow_paths = ?options.always_allow_paths,
-        "secure port: delegated authentication and authorization"
-    );
-    Ok((Delegation::new(options), client_ca))
-}
-
-/// Everything that runs while the primary lock is held (or without leader election).
-struct Held<'a, F: FnOnce() + Send + 'static> {
-    validated: &'a ValidatedOptions,
-    registry: &'a ControllerRegistry,
-    starters: Starters,
-    /// Every controller of the command (see [`ProviderSpec::controller_names`]).
-    names: Vec<&'static str>,
-    cloud: Arc<dyn CloudProvider>,
-    root: kube::Client,
-    le_client: Option<kube::Client>,
-    /// `--dry-run`: what every client and the provider record instead of writing.
-    dry_run: Option<DryRun>,
-    metrics: Arc<Metrics>,
-    endpoints: Endpoints,
-    controllers_stop: CancellationToken,
-    migration: Arc<parking_lot::Mutex<Option<LeaderSession>>>,
-    on_migration_lost: F,
-}
-
-impl<F: FnOnce() + Send + 'static> Held<'_, F> {
-    /// Prepares and starts the controllers, contends for the migration lock, waits for
-    /// `shutdown`, then drains. The leases stay renewed by their sessions throughout.
-    async fn run(self, config: kube::Config, shutdown: &CancellationToken) -> Result<(), AppError> {
-        let Held {
-            validated,
-            registry,
-            starters,
-            names,
-            cloud,
-            root,
-            le_client,
-            dry_run,
-            metrics,
-            endpoints,
-            controllers_stop,
-            migration,
-            on_migration_lost,
-        } = self;
-        // Controllers: the context (clients, informers, Initialize) once, then the sets.
-        let running = match prepare(
-            validated,
-            cloud.clone(),
-            root.clone(),
-            config,
-            metrics.clone(),
-            &endpoints,
-            controllers_stop.clone(),
-            starters,
-            dry_run.clone(),
-        )
-        .await
-        {
-            Ok(r) => Arc::new(r),
-            Err(e) => {
-                controllers_stop.cancel();
-                return Err(e);
-            }
-        };
-        let classify = |name: &str| match &validated.leader_migration {
-            Some((_, resolved)) => {
-                LeaderMigrationConfiguration::classify(resolved, name, leadermigration::CCM)
-            }
-            None => Classification::NonMigrated,
-        };
-        let primary_set: Vec<&'static str> = names
-            .iter()
-            .copied()
-            .filter(|n| classify(n) == Classification::NonMigrated)
-            .collect();
-        let migrated_set: Vec<&'static str> = names
-            .iter()
-            .copied()
-            .filter(|n| classify(n) == Classification::Migrated)
-            .collect();
-        for name in names.iter().filter(|n| classify(n) == Classification::Unowned) {
-            info!(
-                controller = name,
-                "not running {name:?}: leader migration assigns it to kube-controller-manager"
-            );
-        }
-        start_set(&running, validated, registry, &primary_set, &metrics, &endpoints).await;
-
-        // Leader migration: the migrated controllers start only once the migration lock is
-        // held too; from then on it is renewed by its own session.
-        if let (Some((lm, _)), Some(le), Some(le_client)) =
-            (&validated.leader_migration, &validated.leader_election, le_client)
-        {
-            let mut mle = le.clone();
-            mle.name = lm.leader_name.clone();
-            let m = LeaderElector::new(
-                le_client,
-                mle,
-                Some(metrics.leader_election_master_status.clone()),
-            );
-            {
-                let m2 = m.clone();
-                endpoints
-                    .healthz
-                    .add("leaderMigration", Arc::new(move || m2.check()));
-            }
-            let (running2, validated2, registry2, metrics2, endpoints2, cloud2, root2) = (
-                running.clone(),
-                validated.clone(),
-                registry.clone(),
-                metrics.clone(),
-                endpoints.clone(),
-                cloud.clone(),
-                root.clone(),
-            );
-            let stop = controllers_stop.clone();
-            tokio::spawn(async move {
-                info!(lease = %m.config().name, controllers = ?migrated_set, "waiting for the migration lock");
-                if !m.acquire(&stop).await {
-                    return;
-                }
-                *migration.lock() = Some(LeaderSession::start(m.clone(), on_migration_lost));
-                info!(lease = %m.config().name, "acquired the migration lock: starting the migrated controllers");
-                if let Err(e) = cloud2
-                    .initialize(InitContext {
-                        client: root2,
-                        nodes: running2.ctx.nodes.store(),
-                        shutdown: stop.clone(),
-                        dry_run,
-                    })
-                    .await
-                {
-                    warn!(error = %e, "cloud provider Initialize for the migrated controllers failed");
-                }
-                start_set(
-                    &running2,
-                    &validated2,
-                    &registry2,
-                    &migrated_set,
-                    &metrics2,
-                    &endpoints2,
-                )
-                .await;
-            });
-        }
-
-        // Run until shutdown or a controller's failure, then drain (the leases are still
-        // renewed meanwhile).
-        let failed = tokio::select! {
-            _ = shutdown.cancelled() => None,
-            _ = running.failed.token.cancelled() => running.failed.what.lock().clone(),
-        };
-        info!("stopping controllers");
-        controllers_stop.cancel();
-        let stop = Instant::now();
-        let handles: Vec<_> = std::mem::take(&mut *running.handles.lock());
-        let _ = tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(handles)).await;
-        // The provider closes its cloud sessions (vSphere logs out); bounded like the rest.
-        if tokio::time::timeout(Duration::from_secs(5), cloud.shutdown())
-            .await
-            .is_err()
-        {
-            warn!("the cloud provider did not shut down within 5 s");
-        }
-        if !running.events.flush(Duration::from_secs(5)).await {
-            warn!("some events could not be written before shutdown");
-        }
-        for name in names.iter().copied() {
-            metrics
-                .running_managed_controllers
-                .with_label_values(&[legacy_name(name), "cloud-controller-manager"])
-                .set(0);
-        }
-        info!(took = ?stop.elapsed(), "cloud-controller-manager stopped");
-        match failed {
-            Some(why) => Err(AppError::ControllerFailed(why)),
-            None => Ok(()),
-        }
-    }
-}
-
-/// What runs once the primary lock is held.
-struct Running {
-    ctx: ControllerContext,
-    starters: Starters,
-    events: EventBroadcaster,
-    handles: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
-    /// Cancelled when a controller's task ends before shutdown (a panic outside a reconcile):
-    /// the controller manager then drains, releases its leases and exits non-zero.
-    failed: Arc<ControllerFailure>,
-}
-
-/// The first controller that stopped on its own, and why.
-#[derive(Default)]
-struct ControllerFailure {
-    token: CancellationToken,
-    what: parking_lot::Mutex<Option<String>>,
-}
-
-impl ControllerFailure {
-    fn report(&self, why: String) {
-        let mut what = self.what.lock();
-        if what.is_none() {
-            error!("{why}; stopping the controller manager (its leases are released)");
-            *what = Some(why);
-        }
-        self.token.cancel();
-    }
-}
-
-/// Watches a controller's task: a task that ends before `stop` (it panicked, or returned) is
-/// reported to `failed`, counted in `controller_panics_total` when it panicked, and its
-/// controller is no longer reported as running.
-fn supervise_controller(
-    name: &'static str,
-    handle: tokio::task::JoinHandle<()>,
-    failed: Arc<ControllerFailure>,
-    metrics: Arc<Metrics>,
-    stop: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let result = handle.await;
-        if stop.is_cancelled() {
-            return;
-        }
-        metrics
-            .running_managed_controllers
-            .with_label_values(&[legacy_name(name), "cloud-controller-manager"])
-            .set(0);
-        let why = match result {
-            Ok(()) => format!("controller {name:?} stopped before shutdown"),
-            Err(e) if e.is_panic() => {
-                metrics.panics_total.with_label_values(&[name]).inc();
-                format!(
-                    "controller {name:?} panicked: {}",
-                    controllers::panic_message(e.into_panic().as_ref())
-                )
-            }
-            Err(e) => format!("controller {name:?} was cancelled: {e}"),
-        };
-        failed.report(why);
-    })
-}
-
-/// Builds what the controllers share: clients (one per client name, the provider's controllers'
-/// included), events, informers, then the provider's `Initialize`.
-#[allow(clippy::too_many_arguments)] // each is a distinct piece of the running process
-async fn prepare(
-    validated: &ValidatedOptions,
-    cloud: Arc<dyn CloudProvider>,
-    root: kube::Client,
-    config: kube::Config,
-    metrics: Arc<Metrics>,
-    endpoints: &Endpoints,
-    stop: CancellationToken,
-    starters: Starters,
-    dry_run: Option<DryRun>,
-) -> Result<Running, AppError> {
-    let opts = &validated.options;
-    let (qps, burst) = (opts.generic.kube_api_qps, opts.generic.kube_api_burst);
-    // Events go through their own client (and rate limiter) so that recording them never
-    // delays a controller's writes.
-    let events_client = build_writer_client(
-        config.clone(),
-        qps,
-        burst,
-        "cloud-controller-manager/events",
-        "events",
-        dry_run.clone(),
-    )?;
-    let events = EventBroadcaster::start(events_client, hostname(), hostname());
-
-    // One client (and QPS budget) per controller client name, as upstream's client builder.
-    let mut clients = HashMap::new();
-    let mut client_names = vec![
-        controllers::node::CLIENT_NAME,
-        controllers::service::CLIENT_NAME,
-        controllers::route::CLIENT_NAME,
-    ];
-    client_names.extend(starters.provided.values().map(|(client, _)| *client));
-    client_names.sort_unstable();
-    client_names.dedup();
-    for name in client_names {
-        let client = if opts.generic.use_service_account_credentials && dry_run.is_none() {
-            clients::service_account_client(&root, &config, name, qps, burst, stop.clone())
-                .await
-                .map_err(AppError::ServiceAccounts)?
-        } else {
-            build_writer_client(
-                config.clone(),
-                qps,
-                burst,
-                &format!("cloud-controller-manager/{name}"),
-                name,
-                dry_run.clone(),
-            )?
-        };
-        clients.insert(name.to_string(), client);
-    }
-    let controllers_config = ControllersConfig {
-        cluster_name: opts.generic.cluster_name.clone(),
-        cluster_cidrs: validated.cluster_cidrs.clone(),
-        node_status_update_frequency: opts.node.node_status_update_frequency,
-        node_monitor_period: opts.generic.node_monitor_period,
-        route_reconciliation_period: opts.generic.route_reconciliation_period,
-        concurrent_node_syncs: opts.node.concurrent_node_syncs.max(1) as usize,
-        concurrent_node_status_updates: opts.node.concurrent_node_status_updates.max(0) as usize,
-        concurrent_service_syncs: opts.service.concurrent_service_syncs.max(1) as usize,
-        cloud_call_timeout: opts.generic.cloud_call_timeout,
-    };
-    let mut ctx = ControllerContext::new(
-        root.clone(),
-        cloud.clone(),
-        controllers_config,
-        metrics,
-        events.clone(),
-        stop.clone(),
-    );
-    ctx.clients = Arc::new(clients);
-    let handles = ctx.start_informers();
-    {
-        let (nodes, services) = (ctx.nodes.store(), ctx.services.store());
-        endpoints.readyz.add(
-            "informer-sync",
-            Arc::new(move || {
-                if nodes.has_synced() && services.has_synced() {
-                    Ok(())
-                } else {
-                    Err("shared informers have not synced".into())
-                }
-            }),
-        );
-    }
-    cloud
-        .initialize(InitContext {
-            client: root,
-            nodes: ctx.nodes.store(),
-            shutdown: stop.clone(),
-            dry_run,
-        })
-        .await
-        .map_err(|e| AppError::Initialize(e.to_string()))?;
-    Ok(Running {
-        ctx,
-        starters,
-        events,
-        handles: parking_lot::Mutex::new(handles),
-        failed: Arc::default(),
-    })
-}
-
-/// Starts the enabled controllers among `names`.
-async fn start_set(
-    running: &Arc<Running>,
-    validated: &ValidatedOptions,
-    registry: &ControllerRegistry,
-    names: &[&'static str],
-    metrics: &Arc<Metrics>,
-    endpoints: &Endpoints,
-) {
-    let opts = &validated.options;
-    for name in names.iter().copied() {
-        if !registry.is_enabled(name, &validated.controllers) {
-            warn!(controller = name, "{name:?} is disabled");
-            continue;
-        }
-        if name == controllers::route::NAME && !opts.generic.configure_cloud_routes {
-            info!("Will not configure cloud provider routes, --configure-cloud-routes: false");
-            continue;
-        }
-        if name == controllers::route::NAME && validated.cluster_cidrs.is_empty() {
-            // Only reachable when on by default (named without --cluster-cidr fails at start).
-            continue;
-        }
-        match running.starters.start(name, &running.ctx) {
-            Ok(handle) => {
-                let client = running.starters.client_name(name);
-                info!(controller = name, client, "Started {name:?}");
-                metrics
-                    .running_managed_controllers
-                    .with_label_values(&[legacy_name(name), "cloud-controller-manager"])
-                    .set(1);
-                let probe = handle.abort_handle();
-                let (ctx, controller) = (running.ctx.clone(), name.to_string());
-                endpoints.healthz.add(
-                    name,
-                    Arc::new(move || {
-                        if probe.is_finished() {
-                            Err("controller stopped".into())
-                        } else {
-                            ctx.stuck_worker(&controller)
-                        }
-                    }),
-                );
-                let supervised = supervise_controller(
-                    name,
-                    handle,
-                    running.failed.clone(),
-                    metrics.clone(),
-                    running.ctx.shutdown.clone(),
-                );
-                running.handles.lock().push(supervised);
-            }
-            Err(reason) => warn!(controller = name, reason = %reason, "Skipping {name:?}: {reason}"),
-        }
-        if !opts.generic.controller_start_interval.is_zero() {
-            let jitter = 1.0 + rand::random::<f64>();
-            tokio::time::sleep(opts.generic.controller_start_interval.mul_f64(jitter)).await;
-        }
-    }
 }
 
 #[cfg(test)]

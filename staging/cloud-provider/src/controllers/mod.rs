@@ -533,6 +533,33 @@ pub async fn catch_panic<T>(
     }
 }
 
+/// Aborts tasks when dropped: held by the future that spawned them, it ties the tasks' lives
+/// to that future's. A controller's `run` keeps one for its workers, pumps and loops, so that
+/// when the controller's own task is aborted (the controller manager's drain cap, a lost
+/// lease) its workers stop too instead of running on, detached, with nobody to wait for them.
+#[derive(Debug, Default)]
+pub struct AbortOnDrop(Vec<tokio::task::AbortHandle>);
+
+impl AbortOnDrop {
+    /// Guards the tasks of `handles`.
+    pub fn of<'a>(handles: impl IntoIterator<Item = &'a tokio::task::JoinHandle<()>>) -> Self {
+        Self(handles.into_iter().map(|h| h.abort_handle()).collect())
+    }
+
+    /// Guards one more task.
+    pub fn push(&mut self, handle: &tokio::task::JoinHandle<()>) {
+        self.0.push(handle.abort_handle());
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
 /// Waits until `shutdown` is cancelled while the controller's own tasks (informer pumps,
 /// workers, periodic loops) run. If one of them ends before that, it is a bug (panics inside
 /// reconciles are caught by [`work`] and [`catch_panic`]): the controller then stops its

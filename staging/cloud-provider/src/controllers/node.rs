@@ -176,6 +176,8 @@ impl CloudNodeController {
         let mut tasks = workers;
         tasks.push(pump);
         tasks.push(status_loop);
+        // Dropped with this future (the controller's task aborted): its tasks are aborted too.
+        let _tasks_guard = super::AbortOnDrop::of(&tasks);
         super::supervise_tasks(NAME, &this.ctx.shutdown, &mut tasks).await;
         this.queue.shut_down();
         // Workers finish the reconcile in hand (the queue is shut down); pumps and loops stop.

@@ -231,6 +231,8 @@ impl ServiceController {
         let workers_len = workers.len();
         let mut tasks = workers;
         tasks.extend([service_pump, node_pump, node_worker]);
+        // Dropped with this future (the controller's task aborted): its tasks are aborted too.
+        let _tasks_guard = super::AbortOnDrop::of(&tasks);
         super::supervise_tasks(NAME, &this.ctx.shutdown, &mut tasks).await;
         this.service_queue.shut_down();
         this.node_queue.shut_down();
