@@ -276,7 +276,8 @@ async fn a_leader_whose_renewals_are_answered_late_writes_nothing_after_the_new_
 }
 
 /// A shared informer that cannot list or watch (every request for Nodes answered 500 by a
-/// proxy in front of the API server): `/readyz` turns 503 naming it after 30 s, and the process
+/// proxy in front of the API server): `/readyz` fails (HTTP 500, as upstream's health endpoints
+/// answer a failed check) naming it after 30 s, and the process
 /// stops after 120 s (exit 1) — a controller manager never runs on with a cache it can no
 /// longer refresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -298,21 +299,23 @@ async fn an_informer_that_cannot_list_or_watch_makes_the_process_unready_then_st
     )?;
     let started = Instant::now();
     let mut ccm = start(&cluster, "ccm-informer", &proxied, &["--leader-elect=false"])?;
-    let unready = wait_for("/readyz names the informer", Duration::from_secs(60), || async {
+    let status = wait_for("/readyz names the informer", Duration::from_secs(60), || async {
         let (status, body) = ccm.get("/readyz?verbose").await.ok()?;
-        (status == 503 && body.contains("the nodes informer has failed to list or watch")).then_some(())
+        (status != 200 && body.contains("the nodes informer has failed to list or watch")).then_some(status)
     })
     .await
-    .map(|()| started.elapsed())
     .with_context(|| ccm.log())?;
-    println!("readyz 503 (nodes informer) {unready:.1?} after start");
+    let unready = started.elapsed();
+    assert!(unready >= Duration::from_secs(30), "not before the bound");
+    println!("readyz {status} (nodes informer) {unready:.1?} after start");
     let mut exited = None;
     while exited.is_none() && started.elapsed() < Duration::from_secs(180) {
-        exited = ccm.wait_exit(Duration::from_secs(1))?;
+        // An error: still running after the second.
+        exited = ccm.wait_exit(Duration::from_secs(1)).ok();
     }
     let code = exited.with_context(|| format!("still running after 180 s: {}", ccm.log()))?;
-    println!("exited {code} {:.1?} after start", started.elapsed());
-    assert_eq!(code, 1);
+    println!("exited {code:?} {:.1?} after start", started.elapsed());
+    assert_eq!(code, Some(1));
     assert!(
         ccm.log()
             .contains("the nodes informer has failed to list or watch"),

@@ -222,7 +222,10 @@ where
             };
             let event = match next {
                 Ok(Some(ev)) => {
-                    self.health.lock().failing_since = None;
+                    // `Init` comes before each (re-)LIST is even sent: only an answer counts.
+                    if !matches!(ev, watcher::Event::Init) {
+                        self.health.lock().failing_since = None;
+                    }
                     ev
                 }
                 Ok(None) => {
