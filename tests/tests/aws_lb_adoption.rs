@@ -25,7 +25,7 @@ use kube::{
 use rcp_e2e::{
     Moto, TestCluster,
     ccm::CcmProcess,
-    k8s::{ingress_hostname, load_balancer_service, set_ready, wait_for_ingress},
+    k8s::{ingress_hostname, load_balancer_service, set_ready, wait_for, wait_for_ingress},
     moto::World,
 };
 use sha1::Digest as _;
@@ -469,7 +469,33 @@ async fn ensured_count(client: &kube::Client, name: &str) -> Result<i32> {
 }
 
 /// Starts the CCM on `world` with `extra_global` lines in `[Global]`.
+/// Waits until the CCM's service-lb controller has finished `n` reconciles successfully: proof
+/// that the syncs being checked were made (not just that nothing happened yet).
+async fn reconciled(ccm: &CcmProcess, n: f64) -> Result<()> {
+    wait_for("the service-lb reconciles", T, || async {
+        let done = ccm
+            .metric_sum(&[
+                "controller_reconcile_total{",
+                "controller=\"service-lb-controller\"",
+                "result=\"success\"",
+            ])
+            .await;
+        (done >= n).then_some(())
+    })
+    .await
+}
+
 fn start_ccm(cluster: &TestCluster, moto: &Moto, world: &World, extra_global: &str) -> Result<CcmProcess> {
+    start_ccm_named(cluster, moto, world, extra_global, "ccm-aws-adoption")
+}
+
+fn start_ccm_named(
+    cluster: &TestCluster,
+    moto: &Moto,
+    world: &World,
+    extra_global: &str,
+    name: &str,
+) -> Result<CcmProcess> {
     let config = cluster.dir().join("cloud.conf");
     std::fs::write(
         &config,
@@ -478,7 +504,7 @@ fn start_ccm(cluster: &TestCluster, moto: &Moto, world: &World, extra_global: &s
     )?;
     CcmProcess::start_with_env(
         "cloud-controller-manager-aws",
-        "ccm-aws-adoption",
+        name,
         &cluster.ccm_kubeconfig("aws/base")?,
         cluster.dir(),
         &[
@@ -532,7 +558,7 @@ async fn managed_security_group_mode_leaves_an_nlb_without_groups_alone() -> Res
     let ccm = start_ccm(&cluster, &moto, &world, "NLBSecurityGroupMode = Managed\n")?;
     let nlb = wait_for_ingress(&services, "legacy-nlb", T).await?;
     assert_eq!(ingress_hostname(&nlb).as_deref(), Some(nlb_dns.as_str()));
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    reconciled(&ccm, 1.0).await?;
     let actions = moto.actions()[before..].to_vec();
     assert_eq!(
         mutating(&actions),
@@ -582,8 +608,8 @@ async fn load_balancers_made_by_the_go_provider_are_adopted_without_one_mutating
     let nlb = wait_for_ingress(&services, "legacy-nlb", T).await?;
     assert_eq!(ingress_hostname(&clb).as_deref(), Some(clb_dns.as_str()));
     assert_eq!(ingress_hostname(&nlb).as_deref(), Some(nlb_dns.as_str()));
-    // Let any trailing work of the two syncs reach moto.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Both syncs done (counted by the controller), then read what reached moto.
+    reconciled(&ccm, 2.0).await?;
     let actions = moto.actions()[before..].to_vec();
     assert!(!actions.is_empty(), "the CCM asked moto nothing?");
     assert_eq!(
@@ -592,6 +618,20 @@ async fn load_balancers_made_by_the_go_provider_are_adopted_without_one_mutating
         "adoption must not change anything; the CCM's calls were {actions:?}\n{}",
         ccm.log()
     );
+    // A second sync of both, by a restarted CCM: still not one mutating call.
+    drop(ccm);
+    let before_restart = moto.actions().len();
+    let again = start_ccm_named(&cluster, &moto, &world, "", "ccm-aws-adoption-again")?;
+    reconciled(&again, 2.0).await?;
+    let actions = moto.actions()[before_restart..].to_vec();
+    assert!(!actions.is_empty(), "the restarted CCM asked moto nothing?");
+    assert_eq!(
+        mutating(&actions),
+        Vec::<String>::new(),
+        "a second sync must not change anything either: {actions:?}\n{}",
+        again.log()
+    );
+    let ccm = again;
 
     // Upstream's default set of controllers includes the route controller; without
     // --cluster-cidr it is not started (upstream would fail to start) and a warning says so.

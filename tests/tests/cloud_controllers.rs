@@ -478,10 +478,25 @@ async fn type_changes_create_and_delete_the_load_balancer() -> Result<()> {
     let mut s = lb_service("flip");
     s.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
     services.create(&PostParams::default(), &s).await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Proof that the controller has seen "flip": a LoadBalancer Service created after it has
+    // its load balancer (the informer delivers events in order, one worker takes them in order).
+    services
+        .create(&PostParams::default(), &lb_service("marker"))
+        .await?;
+    wait_for("marker ingress", T, || async {
+        services
+            .get("marker")
+            .await
+            .ok()
+            .filter(|s| ingress_hostname(s).is_some())
+    })
+    .await?;
     assert!(
-        cloud.calls_starting_with("EnsureLoadBalancer").is_empty(),
-        "ClusterIP makes no cloud call"
+        cloud
+            .calls_starting_with("EnsureLoadBalancer default/flip")
+            .is_empty(),
+        "ClusterIP makes no cloud call: {:?}",
+        cloud.calls()
     );
 
     let to_lb = serde_json::json!({"spec": {"type": "LoadBalancer"}});
@@ -496,7 +511,7 @@ async fn type_changes_create_and_delete_the_load_balancer() -> Result<()> {
             .filter(|s| ingress_hostname(s).is_some())
     })
     .await?;
-    assert_eq!(cloud.load_balancers().len(), 1);
+    assert_eq!(cloud.load_balancers().len(), 2, "marker's and flip's");
 
     let to_cluster_ip = serde_json::json!({"spec": {"type": "ClusterIP", "ports": [{"port": 80, "protocol": "TCP", "nodePort": null}]}});
     services
@@ -513,7 +528,11 @@ async fn type_changes_create_and_delete_the_load_balancer() -> Result<()> {
         .then_some(s)
     })
     .await?;
-    assert!(cloud.load_balancers().is_empty(), "LB deleted");
+    assert_eq!(
+        cloud.load_balancers().len(),
+        1,
+        "flip's LB deleted, marker's kept"
+    );
     assert_eq!(s.spec.unwrap().type_.as_deref(), Some("ClusterIP"));
     wait_for_event(&client, "default", "flip", T, |reason, message| {
         reason == "DeletedLoadBalancer" && message == "Deleted load balancer"

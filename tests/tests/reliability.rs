@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use rand::Rng;
 use rcp_e2e::{
     aws_chaos::{AwsChaosRig, crash_trial, median_max},
@@ -142,6 +142,23 @@ async fn load_balancers_converge_under_30_percent_cloud_faults() -> Result<()> {
         "left behind: {leftovers:?}"
     );
     assert_eq!(panics, 0.0);
+    // The Nodes went through the same faults (the node and lifecycle controllers share the
+    // cloud): every one is still there, initialised, and none was marked shut down.
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(rig.cluster.client().await?);
+    for name in rig.world.node_names() {
+        let node = nodes
+            .get_opt(name)
+            .await?
+            .with_context(|| format!("Node {name} was deleted under cloud faults"))?;
+        let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
+        assert!(
+            !taints
+                .iter()
+                .any(|t| t.key == k8s_cloud_provider::well_known::TAINT_SHUTDOWN
+                    || t.key == k8s_cloud_provider::well_known::TAINT_UNINITIALIZED),
+            "Node {name}: {taints:?}"
+        );
+    }
     if share > 0.0 {
         assert!(rig.proxy.faulted() > 0, "faults were injected");
         assert!(
