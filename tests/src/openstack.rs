@@ -179,6 +179,7 @@ impl OpenStack {
                 .unwrap_or_default()
         };
         let password = get("OS_PASSWORD");
+        crate::secrets::register(&password);
         let admin = Session::login("admin", &password, "admin").await?;
         let os = Self {
             admin,
@@ -245,6 +246,8 @@ impl OpenStack {
             .unwrap_or_default()
             .to_string();
         let password = format!("pw-{suffix:08x}-{}", rand::random::<u32>());
+        // The CCM's own OpenStack password: a sentinel that no log or Event may hold.
+        crate::secrets::register(&password);
         let user = a
             .post(
                 &format!("{KEYSTONE}/users"),

@@ -1,6 +1,6 @@
 //! Sentinel secrets: every credential the tests hand to a CCM (the AWS secret key moto is
-//! used with, the vCenter password of vcsim, the API server's admin token and the service
-//! account tokens minted by TokenRequest) is registered here when it is made. When a
+//! used with, the vCenter password of vcsim, the OpenStack passwords of keystone, the API
+//! server's admin token and the service account tokens minted by TokenRequest) is registered here when it is made. When a
 //! [`crate::ccm::CcmProcess`] is dropped its whole log is searched for them, and when a
 //! [`crate::TestCluster`] is dropped every Event of the cluster: a secret found fails the test
 //! that leaked it, whichever test it is.
