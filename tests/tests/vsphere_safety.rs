@@ -289,6 +289,72 @@ async fn one_vcenter_down_blocks_neither_the_others_nor_keeps_hostile_nodes_from
     Ok(())
 }
 
+/// One of two vCenters hangs (a proxy that accepts every request and never answers): the
+/// vCenters are searched at once, each within its own deadline, so a node of the other vCenter
+/// is initialised at once instead of after the hung vCenter's timeouts (a SOAP call may take
+/// 60 s × 3 attempts), and the hung vCenter's node is kept.
+#[tokio::test]
+async fn a_hung_vcenter_stalls_no_look_up_in_the_other() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let a = Vcsim::start_with(small_model(2))?;
+    let (cert, key) = a.tls_files();
+    let hung = FaultProxy::start_tls(&format!("https://{}", a.host_port()), &cert, &key).await?;
+    hung.add(Rule::new(&[""], Action::Hang));
+    let b = Vcsim::start_with(VcsimModel {
+        extra_args: vec!["-dc".into(), "2".into()],
+        ..small_model(2)
+    })?;
+    b.set_guest_identity("/DC1/vm/DC1_C0_RP0_VM0", "10.30.0.10", "b-node")?;
+    let b_uuid = b
+        .govc(&[
+            "object.collect",
+            "-s",
+            "/DC1/vm/DC1_C0_RP0_VM0",
+            "summary.config.uuid",
+        ])?
+        .trim()
+        .to_ascii_lowercase();
+    let yaml = format!(
+        "global:\n  insecureFlag: true\nvcenter:\n  a:\n    server: 127.0.0.1\n    port: {}\n    user: {}\n    password: {}\n  b:\n    server: localhost\n    port: {}\n    user: {}\n    password: {}\n    datacenters: [DC1]\n",
+        hung.port(),
+        serde_json::to_string(a.username())?,
+        serde_json::to_string(a.password())?,
+        port_of(b.host_port()),
+        serde_json::to_string(b.username())?,
+        serde_json::to_string(b.password())?,
+    );
+    let nodes: Api<Node> = Api::all(cluster.client().await?);
+    not_ready_node(&nodes, "a-node", "vsphere://4211aaaa-bbbb-cccc-dddd-eeeeffff0000").await?;
+    let mut ccm = start_ccm(&cluster, &yaml, "ccm-hung-vcenter", &[])?;
+    // The hung vCenter's look-ups (a-node's) have started when b-node comes, registered by a
+    // kubelet with `--provider-id` (a search by UUID: the first vCenter to find it answers).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut b_node = tainted_node("b-node");
+    b_node.spec.get_or_insert_with(Default::default).provider_id = Some(format!("vsphere://{b_uuid}"));
+    nodes.create(&PostParams::default(), &b_node).await?;
+    let created = std::time::Instant::now();
+    let n = wait_for("b-node initialised", T, || initialised(&nodes, "b-node")).await?;
+    let took = created.elapsed();
+    println!("vCenter a hung: b-node (vCenter b) initialised {took:.1?} after it was registered");
+
+    assert_eq!(
+        n.spec.and_then(|s| s.provider_id).as_deref(),
+        Some(format!("vsphere://{b_uuid}").as_str())
+    );
+    // The hung vCenter's deadline (10 s) is not waited for: b answered first. (Searched one
+    // vCenter after the other, b-node would wait for vCenter a's SOAP timeouts: 60 s per call.)
+    assert!(
+        took < Duration::from_secs(10),
+        "b-node waited {took:?} for the hung vCenter"
+    );
+    assert!(hung.total() > 0, "the CCM did ask the hung vCenter");
+    // The hung vCenter's node: its existence is unknown, so it is kept.
+    wait_metric_growth(&ccm, EXISTENCE_UNKNOWN, 1.0).await?;
+    assert!(nodes.get_opt("a-node").await?.is_some(), "a-node kept");
+    ccm.check_running()?;
+    Ok(())
+}
+
 async fn put_secret(secrets: &Api<Secret>, password: &str) -> Result<()> {
     let secret = Secret {
         metadata: ObjectMeta {

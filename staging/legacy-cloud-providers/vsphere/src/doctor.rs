@@ -53,7 +53,7 @@ impl VsphereCloud {
                 format!("logged in to {}:{} as {user}", vc.config.server, vc.config.port),
             ));
             let datacenters = match self.datacenters(i).await {
-                Ok(d) => d.clone(),
+                Ok(d) => d,
                 Err(e) => {
                     checks.push(Check::fail(
                         format!("vcenter {label}: datacenters"),

@@ -250,8 +250,28 @@ struct VCenter {
     label: String,
     config: VCenterConfig,
     clients: OnceCell<(Arc<Client>, Arc<RestClient>)>,
-    datacenters: OnceCell<Vec<MoRef>>,
+    /// The datacenters to search, with when they were listed (listed again after
+    /// [`DATACENTERS_REFRESH`]: datacenters are added and removed while the CCM runs).
+    datacenters: tokio::sync::Mutex<Option<(std::time::Instant, Vec<MoRef>)>>,
+    /// Set when a look-up missed [`VCENTER_LOOKUP_DEADLINE`]: until then the vCenter is not
+    /// asked (its part of a look-up fails at once — an error, never "not found").
+    unresponsive_until: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How long a vCenter's list of datacenters is used before it is listed again.
+const DATACENTERS_REFRESH: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The most one vCenter may take to answer one look-up of a node's VM (all its datacenters;
+/// each SOAP call is a few milliseconds on a healthy vCenter). The vCenters are asked at once,
+/// each within this deadline, so that a VM found by UUID in one vCenter is used at once and a
+/// vCenter that hangs delays no look-up by more than this (without it, one SOAP call may take
+/// 60 s × `soap-roundtrip-count` attempts).
+pub const VCENTER_LOOKUP_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long a vCenter that missed [`VCENTER_LOOKUP_DEADLINE`] is not asked again: the look-ups
+/// of every node (one worker each in the node and lifecycle controllers) must not each wait out
+/// the deadline of the same hung vCenter.
+pub const VCENTER_UNRESPONSIVE_PAUSE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A VM found for a node.
 #[derive(Debug, Clone)]
@@ -311,7 +331,8 @@ impl VsphereCloud {
                 label: label.clone(),
                 config: vc.clone(),
                 clients: OnceCell::new(),
-                datacenters: OnceCell::new(),
+                datacenters: tokio::sync::Mutex::new(None),
+                unresponsive_until: std::sync::Mutex::new(None),
             })
             .collect::<Vec<_>>();
         let vcenters = Arc::new(vcenters);
@@ -388,11 +409,16 @@ impl VsphereCloud {
 
     /// The datacenters to search in vCenter `i`. An account that sees no datacenter cannot
     /// prove that a VM is gone: that is an error, never an empty search.
-    async fn datacenters(&self, i: usize) -> CloudResult<&Vec<MoRef>> {
+    async fn datacenters(&self, i: usize) -> CloudResult<Vec<MoRef>> {
         let vc = &self.vcenters[i];
         let (soap, _) = self.clients(i).await?;
-        vc.datacenters
-            .get_or_try_init(|| async {
+        let mut cached = vc.datacenters.lock().await;
+        if let Some((at, list)) = cached.as_ref()
+            && at.elapsed() < DATACENTERS_REFRESH
+        {
+            return Ok(list.clone());
+        }
+        let listed = async {
                 let all = soap
                     .list_objects("Datacenter", &["name"])
                     .await
@@ -426,8 +452,10 @@ impl VsphereCloud {
                     }
                 }
                 Ok(out)
-            })
-            .await
+        }
+        .await?;
+        *cached = Some((std::time::Instant::now(), listed.clone()));
+        Ok(listed)
     }
 
     /// The UUIDs to look a node up by: its providerID's, or its `systemUUID` in both byte
@@ -460,12 +488,21 @@ impl VsphereCloud {
     /// search covered every configured vCenter and datacenter without an error; a vCenter
     /// that fails does not stop the search in the others, but then "not found" is an error.
     async fn find_vm(&self, node: &Node) -> CloudResult<Lookup> {
+        use futures::stream::{FuturesUnordered, StreamExt};
         let name = node_name(node);
         let uuids = Self::node_uuids(node)?;
         let mut failures: Vec<String> = Vec::new();
+        let all = 0..self.vcenters.len();
         if !uuids.is_empty() {
-            for i in 0..self.vcenters.len() {
-                match self.find_by_uuids(i, &uuids).await {
+            // Every vCenter at once, each within its deadline; the first to find the VM answers.
+            let mut searches: FuturesUnordered<_> = all
+                .map(|i| {
+                    let uuids = &uuids;
+                    async move { (i, self.within_deadline(i, self.find_by_uuids(i, uuids)).await) }
+                })
+                .collect();
+            while let Some((i, result)) = searches.next().await {
+                match result {
                     Ok(Some(vm)) => return Ok(Lookup::Found(VmRef { vcenter: i, vm })),
                     Ok(None) => {}
                     Err(e) => failures.push(format!("vCenter {}: {e}", self.vcenters[i].label)),
@@ -473,10 +510,16 @@ impl VsphereCloud {
             }
             return Self::not_found(name, failures);
         }
-        // By guest host name, then by IP (the node name used as one).
+        // By guest host name (every vCenter must answer: a second VM of that name could be in
+        // any of them), then by IP (the node name used as one).
+        let answers = futures::future::join_all(
+            all.clone()
+                .map(|i| self.within_deadline(i, self.find_by_dns_name(i, name))),
+        )
+        .await;
         let mut by_name = Vec::new();
-        for i in 0..self.vcenters.len() {
-            match self.find_by_dns_name(i, name).await {
+        for (i, answer) in answers.into_iter().enumerate() {
+            match answer {
                 Ok(vms) => by_name.extend(vms.into_iter().map(|vm| VmRef { vcenter: i, vm })),
                 Err(e) => failures.push(format!("vCenter {}: {e}", self.vcenters[i].label)),
             }
@@ -502,8 +545,11 @@ impl VsphereCloud {
             }
         }
         if name.parse::<IpAddr>().is_ok() {
-            for i in 0..self.vcenters.len() {
-                match self.find_by_ip(i, name).await {
+            let mut searches: FuturesUnordered<_> = all
+                .map(|i| async move { (i, self.within_deadline(i, self.find_by_ip(i, name)).await) })
+                .collect();
+            while let Some((i, result)) = searches.next().await {
+                match result {
                     Ok(Some(vm)) => return Ok(Lookup::Found(VmRef { vcenter: i, vm })),
                     Ok(None) => {}
                     Err(e) => failures.push(format!("vCenter {}: {e}", self.vcenters[i].label)),
@@ -511,6 +557,35 @@ impl VsphereCloud {
             }
         }
         Self::not_found(name, failures)
+    }
+
+    /// One vCenter's part of a look-up, bounded by [`VCENTER_LOOKUP_DEADLINE`].
+    async fn within_deadline<T>(
+        &self,
+        i: usize,
+        search: impl Future<Output = CloudResult<T>>,
+    ) -> CloudResult<T> {
+        let vc = &self.vcenters[i];
+        let paused = *vc.unresponsive_until.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(until) = paused
+            && std::time::Instant::now() < until
+        {
+            return Err(CloudError::msg(format!(
+                "vCenter {} missed the {VCENTER_LOOKUP_DEADLINE:?} look-up deadline less than {VCENTER_UNRESPONSIVE_PAUSE:?} ago: not asked again yet",
+                vc.label
+            )));
+        }
+        match tokio::time::timeout(VCENTER_LOOKUP_DEADLINE, search).await {
+            Ok(result) => result,
+            Err(_) => {
+                *vc.unresponsive_until.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(std::time::Instant::now() + VCENTER_UNRESPONSIVE_PAUSE);
+                Err(CloudError::msg(format!(
+                    "no answer from vCenter {} within {VCENTER_LOOKUP_DEADLINE:?}",
+                    vc.label
+                )))
+            }
+        }
     }
 
     fn not_found(name: &str, failures: Vec<String>) -> CloudResult<Lookup> {
@@ -526,7 +601,7 @@ impl VsphereCloud {
 
     async fn find_by_uuids(&self, i: usize, uuids: &[String]) -> CloudResult<Option<MoRef>> {
         let (soap, _) = self.clients(i).await?;
-        for dc in self.datacenters(i).await? {
+        for dc in &self.datacenters(i).await? {
             for uuid in uuids {
                 if let Some(vm) = soap
                     .find_by_uuid(Some(dc), uuid, false)
@@ -543,7 +618,7 @@ impl VsphereCloud {
     async fn find_by_dns_name(&self, i: usize, name: &str) -> CloudResult<Vec<MoRef>> {
         let (soap, _) = self.clients(i).await?;
         let mut out = Vec::new();
-        for dc in self.datacenters(i).await? {
+        for dc in &self.datacenters(i).await? {
             out.extend(
                 soap.find_all_by_dns_name(Some(dc), name)
                     .await
@@ -555,7 +630,7 @@ impl VsphereCloud {
 
     async fn find_by_ip(&self, i: usize, ip: &str) -> CloudResult<Option<MoRef>> {
         let (soap, _) = self.clients(i).await?;
-        for dc in self.datacenters(i).await? {
+        for dc in &self.datacenters(i).await? {
             if let Some(vm) = soap
                 .find_by_ip(Some(dc), ip)
                 .await
