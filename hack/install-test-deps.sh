@@ -281,7 +281,7 @@ cargo_tool() {
   else
     step "$name" "cargo install --locked $crate $version (~$minutes min)"
     # Without the crates' fat LTO and single codegen unit: a test tool needs no smallest,
-    # fastest binary, and on 2 cores they double the install (cargo-semver-checks: 7 → ~3 min).
+    # fastest binary, and on 2 cores they are most of the install time.
     run_logged "$name" "$LOGS/$name.log" env CARGO_PROFILE_RELEASE_LTO=off \
       CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 cargo install --locked --root "$dir" \
       --target-dir "$CACHE/build/$name-target" "$crate" --version "$version"
