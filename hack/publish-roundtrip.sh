@@ -3,7 +3,8 @@
 # (cargo-http-registry, from hack/install-test-deps.sh):
 #
 #   1. a fresh registry; the staged crates published to it with the real `cargo publish`
-#      (hack/publish-staging.sh --registry);
+#      (hack/publish-staging.sh --registry --no-verify: step 5 checks each crate as
+#      downloaded from the registry instead, which costs a type-check, not a full build);
 #   2. the same versions published again: refused, nothing uploaded;
 #   3. the API check (hack/semver-checks.sh) of every staged crate against the last release,
 #      itself published to a second fresh registry from the revision hack/release.sh recorded;
@@ -55,7 +56,7 @@ step "start a fresh registry on 127.0.0.1"
 start_registry rcp-test
 
 step "publish the staged crates (cargo publish --registry rcp-test)"
-hack/publish-staging.sh --registry rcp-test "${dirty[@]}"
+hack/publish-staging.sh --registry rcp-test --no-verify "${dirty[@]}"
 
 step "publish the same versions again (must be refused)"
 if out=$(hack/publish-staging.sh --registry rcp-test "${dirty[@]}" 2>&1); then
@@ -106,9 +107,10 @@ step "the sample: cargo fmt, cargo clippy, and its boundary rules (cargo deny, i
 (cd "$sample" && cargo fmt --check && CARGO_TARGET_DIR=$target cargo clippy --quiet --bin cloud-controller-manager-sample -- -D warnings &&
   cargo deny --offline --color never check bans) || fail "the sample is not clean (cargo fmt, cargo clippy or cargo deny)"
 
-step "documentation as docs.rs builds it, from the published crates"
+step "each published crate type-checked alone, and documented as docs.rs does"
 # Each crate as downloaded from the registry, outside the repository (none of its cargo
-# configuration applies), with the features and rustdoc arguments of its
+# configuration applies): `cargo check` (it builds alone, from its package, against its
+# siblings as published), then `cargo doc` with the features and rustdoc arguments of its
 # [package.metadata.docs.rs]. docs.rs uses a nightly toolchain; this uses the project's.
 docs="$work/docs"
 mkdir -p "$docs"
@@ -124,10 +126,12 @@ while IFS='|' read -r name all_features features rustdoc_args; do
   flags=()
   [[ $all_features == true ]] && flags+=(--all-features)
   [[ -n "$features" ]] && flags+=(--features "$features")
+  (cd "$docs" && CARGO_TARGET_DIR="$target" cargo check --quiet -p "$name" "${flags[@]}") ||
+    fail "$name, as published, does not build on its own"
   (cd "$docs" && RUSTDOCFLAGS="$rustdoc_args -D warnings" CARGO_TARGET_DIR="$target" \
     cargo doc --quiet --no-deps -p "$name" "${flags[@]}") ||
     fail "the documentation of $name does not build as docs.rs builds it"
-  echo "[publish-roundtrip]   $name: docs built (all-features: $all_features, features: ${features:-none}, rustdoc: ${rustdoc_args:-none})"
+  echo "[publish-roundtrip]   $name: checked and documented (all-features: $all_features, features: ${features:-none}, rustdoc: ${rustdoc_args:-none})"
 done < <(cd "$docs" && cargo metadata --no-deps --format-version 1 |
   jq -r '.packages[] | (.metadata.docs.rs // {}) as $d
     | "\(.name)|\($d["all-features"] // false)|\(($d.features // []) | join(","))|\(($d["rustdoc-args"] // []) | join(" "))"')

@@ -43,10 +43,10 @@ phase "release version and changelog (hack/release.sh check)"
 hack/release.sh check
 
 phase "publish round trip: test registry, API check, sample provider, docs.rs build"
-# The staged crates published with the real `cargo publish` to a registry on 127.0.0.1 (which
-# verifies that each builds alone, from its package), the same versions refused a second time,
-# cargo-semver-checks against the last release, examples/cloud-provider-sample built from the
-# registry (tests/tests/sample_provider.rs runs it), each crate's docs as docs.rs builds them.
+# The staged crates published with the real `cargo publish` to a registry on 127.0.0.1, the
+# same versions refused a second time, cargo-semver-checks against the last release,
+# examples/cloud-provider-sample built from the registry (tests/tests/sample_provider.rs runs
+# it), and each crate as downloaded checked alone and documented as docs.rs builds it.
 hack/publish-roundtrip.sh
 
 # (The staged crates' documentation is built with -D warnings by the round trip above, as
