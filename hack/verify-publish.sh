@@ -18,23 +18,12 @@ log=$(mktemp); trap 'rm -f "$log"' EXIT
 target=$(cargo metadata --no-deps --format-version 1 --offline | jq -r .target_directory)
 # The verification builds each packaged crate against its packaged siblings, which cargo treats
 # as registry crates: their build artifacts are reused by name and version, never checked
-# against the sources. A staged crate changed without a version bump would thus be verified
-# against its stale build, so drop the artifacts of the registry copies of our staged crates
-# (recognised by their dep-info naming a `registry/src/-<hash>` source; the workspace's own
-# path builds are kept).
-for c in "${crates[@]}"; do
-  for dep_info in "$target"/debug/deps/"${c//-/_}"-*.d; do
-    [[ -f "$dep_info" ]] && grep -q '/registry/src/-' "$dep_info" || continue
-    hash=${dep_info##*-}; hash=${hash%.d}
-    rm -rf "$target"/debug/.fingerprint/"$c-$hash" "$target"/debug/deps/*"-$hash".*
-  done
-done
-# Likewise cargo extracts each packaged sibling once into the overlay registry's source
-# directory (`$CARGO_HOME/registry/src/-<hash>/<crate>-<version>`) and never again for the same
-# version: drop those copies so the verification reads the sources just packaged.
-for c in "${crates[@]}"; do
-  rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/"$c"-[0-9]*
-done
+# against the sources, and each sibling is extracted once per version. A staged crate changed
+# without a version bump would thus be verified against its stale build: drop the registry
+# copies of our staged crates and their artifacts first (the workspace's path builds are kept).
+# shellcheck source=hack/lib-registry.sh
+source hack/lib-registry.sh
+drop_registry_copies "$target"
 if ! cargo package --locked --allow-dirty "${args[@]}" >"$log" 2>&1; then
   cat "$log"
   echo "verify-publish: FAILED: a staged crate cannot be packaged/built on its own (see above)" >&2
