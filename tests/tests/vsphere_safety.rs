@@ -196,6 +196,19 @@ async fn doubt_never_deletes_a_node_and_proof_does() -> Result<()> {
     Ok(())
 }
 
+/// A cloud config with vCenter `a` (reached on 127.0.0.1:`a_port`) and vCenter `b` (only its
+/// datacenter DC1).
+fn two_vcenters(a_port: &str, a: &Vcsim, b: &Vcsim) -> Result<String> {
+    Ok(format!(
+        "global:\n  insecureFlag: true\nvcenter:\n  a:\n    server: 127.0.0.1\n    port: {a_port}\n    user: {}\n    password: {}\n  b:\n    server: localhost\n    port: {}\n    user: {}\n    password: {}\n    datacenters: [DC1]\n",
+        serde_json::to_string(a.username())?,
+        serde_json::to_string(a.password())?,
+        port_of(b.host_port()),
+        serde_json::to_string(b.username())?,
+        serde_json::to_string(b.password())?,
+    ))
+}
+
 #[tokio::test]
 async fn one_vcenter_down_blocks_neither_the_others_nor_keeps_hostile_nodes_from_being_reported() -> Result<()>
 {
@@ -219,15 +232,7 @@ async fn one_vcenter_down_blocks_neither_the_others_nor_keeps_hostile_nodes_from
     // vcsim derives UUIDs from the inventory, so vCenter b has VMs with vCenter a's UUIDs: the
     // node of vCenter a uses a UUID no simulator has (what b answers for a's real VMs).
     let a_uuid = "4211aaaa-bbbb-cccc-dddd-eeeeffff0000";
-    let yaml = format!(
-        "global:\n  insecureFlag: true\nvcenter:\n  a:\n    server: 127.0.0.1\n    port: {}\n    user: {}\n    password: {}\n  b:\n    server: localhost\n    port: {}\n    user: {}\n    password: {}\n    datacenters: [DC1]\n",
-        port_of(a.host_port()),
-        serde_json::to_string(a.username())?,
-        serde_json::to_string(a.password())?,
-        port_of(b.host_port()),
-        serde_json::to_string(b.username())?,
-        serde_json::to_string(b.password())?,
-    );
+    let yaml = two_vcenters(port_of(a.host_port()), &a, &b)?;
     a.stop();
     let nodes: Api<Node> = Api::all(cluster.client().await?);
     not_ready_node(&nodes, "a-node", &format!("vsphere://{a_uuid}")).await?;
@@ -314,15 +319,7 @@ async fn a_hung_vcenter_stalls_no_look_up_in_the_other() -> Result<()> {
         ])?
         .trim()
         .to_ascii_lowercase();
-    let yaml = format!(
-        "global:\n  insecureFlag: true\nvcenter:\n  a:\n    server: 127.0.0.1\n    port: {}\n    user: {}\n    password: {}\n  b:\n    server: localhost\n    port: {}\n    user: {}\n    password: {}\n    datacenters: [DC1]\n",
-        hung.port(),
-        serde_json::to_string(a.username())?,
-        serde_json::to_string(a.password())?,
-        port_of(b.host_port()),
-        serde_json::to_string(b.username())?,
-        serde_json::to_string(b.password())?,
-    );
+    let yaml = two_vcenters(&hung.port().to_string(), &a, &b)?;
     let nodes: Api<Node> = Api::all(cluster.client().await?);
     not_ready_node(&nodes, "a-node", "vsphere://4211aaaa-bbbb-cccc-dddd-eeeeffff0000").await?;
     let mut ccm = start_ccm(&cluster, &yaml, "ccm-hung-vcenter", &[])?;
