@@ -268,6 +268,18 @@ impl TestCluster {
         &self.kubeconfig
     }
 
+    /// The admin kubeconfig, written as `proxied.kubeconfig`, reaching the API server through
+    /// a (TLS) fault proxy on 127.0.0.1:`port` instead.
+    pub fn kubeconfig_via_proxy(&self, port: u16) -> Result<std::path::PathBuf> {
+        let admin = std::fs::read_to_string(&self.kubeconfig)?;
+        let proxied = self.dir().join("proxied.kubeconfig");
+        std::fs::write(
+            &proxied,
+            admin.replace(&self.server, &format!("https://127.0.0.1:{port}")),
+        )?;
+        Ok(proxied)
+    }
+
     /// The temporary directory holding the cluster's files and logs.
     pub fn dir(&self) -> &Path {
         self.dir.path()

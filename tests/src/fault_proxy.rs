@@ -105,6 +105,27 @@ pub enum FaultApi {
     Aws,
     /// vCenter: SOAP faults (`SystemError`), `503` for throttling.
     Vsphere,
+    /// kube-apiserver: `Status` documents (`429 TooManyRequests` with `Retry-After`-like
+    /// details for throttling, `500 InternalError`, `503 ServiceUnavailable`). Watches are
+    /// never faulted (their streams stay open for minutes).
+    Kube,
+    /// OpenStack (nova, neutron, octavia): `429` over-limit, `500`, `503` JSON errors.
+    OpenStack,
+}
+
+/// A kube-apiserver `Status` error document.
+pub fn kube_status_body(code: u16, reason: &str, message: &str) -> String {
+    serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code,
+        "details": {"retryAfterSeconds": 1},
+    })
+    .to_string()
+}
+
+/// An OpenStack error document (nova's and neutron's forms are alike).
+pub fn openstack_error_body(code: u16, kind: &str, message: &str) -> String {
+    serde_json::json!({ kind: {"code": code, "message": message} }).to_string()
 }
 
 /// A vCenter SOAP fault document of type `kind`.
@@ -135,11 +156,58 @@ impl RandomFaults {
         if self.kinds.is_empty() || !self.only.iter().all(|m| haystack.contains(m.as_str())) {
             return None;
         }
+        let first_line = haystack.lines().next().unwrap_or_default();
+        if self.api == FaultApi::Kube && (first_line.contains("watch=true") || first_line.contains("watch=1"))
+        {
+            return None;
+        }
         let mut rng = rand::rng();
         if !rng.random_bool(self.share.clamp(0.0, 1.0)) {
             return None;
         }
         let kind = self.kinds[rng.random_range(0..self.kinds.len())];
+        if matches!(self.api, FaultApi::Kube | FaultApi::OpenStack) {
+            let json = |code: u16| match self.api {
+                FaultApi::Kube => kube_status_body(
+                    code,
+                    match code {
+                        429 => "TooManyRequests",
+                        503 => "ServiceUnavailable",
+                        _ => "InternalError",
+                    },
+                    "injected by the fault proxy",
+                ),
+                _ => openstack_error_body(
+                    code,
+                    match code {
+                        429 => "overLimit",
+                        503 => "serviceUnavailable",
+                        _ => "computeFault",
+                    },
+                    "injected by the fault proxy",
+                ),
+            };
+            return Some(match kind {
+                FaultKind::Throttle => Action::Respond {
+                    status: 429,
+                    body: json(429),
+                },
+                FaultKind::InternalError => Action::Respond {
+                    status: 500,
+                    body: json(500),
+                },
+                FaultKind::Unavailable => Action::Respond {
+                    status: 503,
+                    body: json(503),
+                },
+                FaultKind::Reset => Action::Reset,
+                FaultKind::Delay => Action::Delay(Duration::from_millis(rng.random_range(500..2000))),
+                FaultKind::LostAnswer => Action::LoseAnswer {
+                    status: 500,
+                    body: json(500),
+                },
+            });
+        }
         if self.api == FaultApi::Vsphere {
             let fault = |status| Action::Respond {
                 status,
@@ -447,9 +515,9 @@ async fn handle(
                         .and_then(|c| c.split('<').next())
                         .map(str::to_string)
                         .unwrap_or_else(|| format!("HTTP {status}")),
+                    Action::LoseAnswer { .. } => "LostAnswer".into(),
                     Action::Delay(_) | Action::DelayAnswer(_) => "Delay".into(),
                     Action::Reset => "Reset".into(),
-                    Action::LoseAnswer { .. } => "LostAnswer".into(),
                     Action::Drop | Action::Hang => "Other".into(),
                 };
                 *s.faulted_by_kind.entry(kind).or_default() += 1;
@@ -491,11 +559,16 @@ async fn handle(
             Outcome::Forward
         }
         Some(Action::Respond { status, body }) => {
+            let json = body.starts_with('{');
             let mut r = Response::new(full(body));
             *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             r.headers_mut().insert(
                 http::header::CONTENT_TYPE,
-                http::HeaderValue::from_static("text/xml; charset=utf-8"),
+                http::HeaderValue::from_static(if json {
+                    "application/json"
+                } else {
+                    "text/xml; charset=utf-8"
+                }),
             );
             Outcome::Answer(r)
         }
@@ -521,11 +594,16 @@ async fn handle(
         if let Ok(resp) = sent {
             let _ = resp.bytes().await;
         }
+        let json = body.starts_with('{');
         let mut r = Response::new(full(body));
         *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         r.headers_mut().insert(
             http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("text/xml; charset=utf-8"),
+            http::HeaderValue::from_static(if json {
+                "application/json"
+            } else {
+                "text/xml; charset=utf-8"
+            }),
         );
         return Ok(r);
     }

@@ -266,16 +266,21 @@ impl OpenStack {
             )
             .await?;
         }
-        // The test's own region: compute through a fault proxy, the rest direct.
+        // The test's own region: compute, network and load-balancer each through a fault proxy.
         let nova_proxy = FaultProxy::start("http://127.0.0.1:18774").await?;
+        let neutron_proxy = FaultProxy::start("http://127.0.0.1:19696").await?;
+        let octavia_proxy = FaultProxy::start("http://127.0.0.1:19876").await?;
         let region = name.clone();
         a.post(&format!("{KEYSTONE}/regions"), json!({"region": {"id": region}}))
             .await?;
         let mut endpoints = Vec::new();
         for (kind, url) in [
             ("compute", format!("http://127.0.0.1:{}/v2.1", nova_proxy.port())),
-            ("network", "http://127.0.0.1:19696".to_string()),
-            ("load-balancer", "http://127.0.0.1:19876".to_string()),
+            ("network", format!("http://127.0.0.1:{}", neutron_proxy.port())),
+            (
+                "load-balancer",
+                format!("http://127.0.0.1:{}", octavia_proxy.port()),
+            ),
         ] {
             let services = a.get(&format!("{KEYSTONE}/services?type={kind}")).await?;
             let sid = services["services"][0]["id"]
@@ -299,6 +304,8 @@ impl OpenStack {
             session,
             admin: a.clone(),
             nova_proxy,
+            neutron_proxy,
+            octavia_proxy,
             endpoints,
             image: self.image_id().await?,
         })
@@ -318,7 +325,7 @@ pub struct Project {
     pub id: String,
     /// The user's password.
     pub password: String,
-    /// The catalog region (compute through [`Project::nova_proxy`]).
+    /// The catalog region (compute, network and load-balancer through the proxies below).
     pub region: String,
     /// The user's session.
     pub session: Session,
@@ -326,6 +333,10 @@ pub struct Project {
     pub admin: Session,
     /// The proxy in front of nova for this region.
     pub nova_proxy: FaultProxy,
+    /// The proxy in front of neutron for this region.
+    pub neutron_proxy: FaultProxy,
+    /// The proxy in front of octavia for this region.
+    pub octavia_proxy: FaultProxy,
     endpoints: Vec<String>,
     image: String,
 }

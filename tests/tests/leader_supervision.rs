@@ -34,23 +34,12 @@ fn start(
     CcmProcess::start(FAKE, name, kubeconfig, cluster.dir(), &args)
 }
 
-/// The admin kubeconfig of `cluster`, reaching its API server through `proxy`.
-fn proxied_kubeconfig(cluster: &TestCluster, proxy: &FaultProxy) -> Result<std::path::PathBuf> {
-    let admin = std::fs::read_to_string(cluster.kubeconfig_path())?;
-    let proxied = cluster.dir().join("proxied.kubeconfig");
-    std::fs::write(
-        &proxied,
-        admin.replace(cluster.server(), &format!("https://127.0.0.1:{}", proxy.port())),
-    )?;
-    Ok(proxied)
-}
-
 #[tokio::test]
 async fn a_leader_that_cannot_renew_is_gone_before_a_standby_takes_over() -> Result<()> {
     let cluster = TestCluster::start().await?;
     // The first CCM reaches the API server through a proxy that can cut its renewals.
     let proxy = FaultProxy::start_tls_self_signed(cluster.server()).await?;
-    let proxied = proxied_kubeconfig(&cluster, &proxy)?;
+    let proxied = cluster.kubeconfig_via_proxy(proxy.port())?;
     let mut leader = start(&cluster, "ccm-leader", &proxied, &[])?;
     wait_for("the first CCM leads", T, || async {
         leader.is_leader(LEASE).await.then_some(())
@@ -161,7 +150,7 @@ async fn a_leader_whose_renewals_are_answered_late_writes_nothing_after_the_new_
         .unwrap_or(2);
     let cluster = TestCluster::start().await?;
     let proxy = FaultProxy::start_tls_self_signed(cluster.server()).await?;
-    let proxied = proxied_kubeconfig(&cluster, &proxy)?;
+    let proxied = cluster.kubeconfig_via_proxy(proxy.port())?;
     let log_path = cluster.dir().join("cloud-writes.log");
     let cloud = cluster.dir().join("fake.json");
     std::fs::write(&cloud, "{}")?;
@@ -292,7 +281,7 @@ async fn an_informer_that_cannot_list_or_watch_makes_the_process_unready_then_st
             body: "injected".into(),
         },
     ));
-    let proxied = proxied_kubeconfig(&cluster, &proxy)?;
+    let proxied = cluster.kubeconfig_via_proxy(proxy.port())?;
     let started = Instant::now();
     let mut ccm = start(&cluster, "ccm-informer", &proxied, &["--leader-elect=false"])?;
     let status = wait_for("/readyz names the informer", Duration::from_secs(60), || async {

@@ -17,7 +17,7 @@ use kube::{
 use rcp_e2e::{
     TestCluster,
     ccm::CcmProcess,
-    fault_proxy::{Action, Rule},
+    fault_proxy::{Action, FaultApi, FaultKind, RandomFaults, Rule},
     k8s::{ingress_ip, initialised, load_balancer_service, set_ready, tainted_node, wait_for},
     openstack::{FLAVOR, OpenStack, Project},
 };
@@ -478,5 +478,162 @@ async fn pod_routes_go_on_the_neutron_router_with_address_pairs_and_leave_with_t
             .then_some(())
     })
     .await?;
+    Ok(())
+}
+
+/// nova, neutron and octavia answering a share (`RCP_FAULT_SHARE`, default 20 %) of the
+/// requests with 429/500/503 errors, resets, 0.5–2 s delays or lost answers (the operation
+/// happened, the answer says 500): every Node is initialised, a load-balancer Service gets one
+/// load balancer (never a second: a lost answer to a create is found again by name) with
+/// its members; while the faults go on no Node is deleted or tainted though the lifecycle
+/// controller keeps checking; once they stop, the deleted Service leaves nothing in octavia.
+#[tokio::test]
+async fn nodes_and_a_load_balancer_converge_under_random_openstack_faults() -> Result<()> {
+    const N: usize = 3;
+    let share: f64 = std::env::var("RCP_FAULT_SHARE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.2);
+    let os = OpenStack::shared().await?;
+    let cluster = TestCluster::start().await?;
+    let project = os.project("faults").await?;
+    let net = project.network("private", "10.2.0.0/24").await?;
+    let mut ids = Vec::new();
+    for i in 0..N {
+        ids.push(project.server(&format!("node-{i}"), &net).await?);
+    }
+    let config = format!(
+        "{}[LoadBalancer]\nsubnet-id = {}\n",
+        project.global_section(),
+        net.subnet_id
+    );
+    let ccm = start_ccm(
+        &cluster,
+        &config,
+        "ccm-openstack-faults",
+        &["--node-monitor-period=1s"],
+    )?;
+    let proxies = [
+        &project.nova_proxy,
+        &project.neutron_proxy,
+        &project.octavia_proxy,
+    ];
+    for p in proxies {
+        p.set_random_faults(Some(RandomFaults {
+            share,
+            kinds: FaultKind::ALL.to_vec(),
+            only: vec![],
+            api: FaultApi::OpenStack,
+        }));
+    }
+    let client = cluster.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let services: Api<Service> = Api::namespaced(client, "default");
+    let start = std::time::Instant::now();
+    for i in 0..N {
+        nodes
+            .create(&PostParams::default(), &tainted_node(&format!("node-{i}")))
+            .await?;
+    }
+    services
+        .create(
+            &PostParams::default(),
+            &load_balancer_service("web", &[], &[(80, "http")]),
+        )
+        .await?;
+    let mut ips = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        ips.push(project.server_ip(id, "private").await?);
+        let name = format!("node-{i}");
+        wait_for(&format!("{name} initialised"), T * 2, || {
+            initialised(&nodes, &name)
+        })
+        .await
+        .inspect_err(|_| eprintln!("{}", ccm.log()))?;
+    }
+    let lb_name = "kube_service_kubernetes_default_web";
+    let svc = wait_for("web's ingress", T * 2, || async {
+        let s = services.get("web").await.ok()?;
+        ingress_ip(&s).map(|_| s)
+    })
+    .await
+    .inspect_err(|_| eprintln!("{}", ccm.log()))?;
+    let node_port = i64::from(
+        svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0]
+            .node_port
+            .unwrap(),
+    );
+    let want: BTreeSet<(String, String, i64)> = (0..N)
+        .map(|i| (format!("node-{i}"), ips[i].clone(), node_port))
+        .collect();
+    wait_for("a member per Node", T * 2, || async {
+        members(&project, lb_name).await.filter(|m| *m == want)
+    })
+    .await
+    .inspect_err(|_| eprintln!("{}", ccm.log()))?;
+    let converged = start.elapsed();
+    let lbs = project.load_balancers(lb_name).await?;
+    assert_eq!(lbs.len(), 1, "one load balancer for the Service: {lbs:?}");
+
+    // Faults go on: no Node deleted or tainted while the lifecycle controller checks them.
+    let lifecycle = [
+        "controller_reconcile_total{",
+        "controller=\"cloud-node-lifecycle-controller\"",
+    ];
+    let before = ccm.metric_sum(&lifecycle).await;
+    for i in 0..N {
+        set_ready(&nodes, &format!("node-{i}"), "Unknown").await?;
+    }
+    let watch_until = std::time::Instant::now() + Duration::from_secs(15);
+    while std::time::Instant::now() < watch_until {
+        for i in 0..N {
+            let n = nodes.get_opt(&format!("node-{i}")).await?;
+            let n = n.unwrap_or_else(|| panic!("node-{i} deleted while its server exists"));
+            assert!(
+                !has_taint(&n, TAINT_SHUTDOWN),
+                "node-{i} tainted as shut down while its server runs"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let checked = ccm.metric_sum(&lifecycle).await - before;
+    let (requests, faulted): (usize, usize) = (
+        proxies.iter().map(|p| p.total()).sum(),
+        proxies.iter().map(|p| p.faulted()).sum(),
+    );
+    let mut by_kind = std::collections::BTreeMap::<String, usize>::new();
+    for p in proxies {
+        for (k, n) in p.faulted_by_kind() {
+            *by_kind.entry(k).or_default() += n;
+        }
+        p.set_random_faults(None);
+    }
+
+    services.delete("web", &DeleteParams::default()).await?;
+    wait_for("the load balancer gone from octavia", T * 2, || async {
+        project
+            .load_balancers(lb_name)
+            .await
+            .ok()?
+            .is_empty()
+            .then_some(())
+    })
+    .await
+    .inspect_err(|_| eprintln!("{}", ccm.log()))?;
+    wait_for("web gone (finalizer removed)", T, || async {
+        services.get_opt("web").await.ok()?.is_none().then_some(())
+    })
+    .await?;
+    println!(
+        "OpenStack with {:.0} % faults: {N} Nodes initialised and a load balancer with its members in {converged:.1?}; {requests} requests, {faulted} faulted ({by_kind:?}); {checked} lifecycle passes in 15 s, none deleted or tainted; {:.1} requests per lifecycle pass or initialisation",
+        share * 100.0,
+        requests as f64 / (checked + N as f64).max(1.0),
+    );
+    assert!(
+        checked >= 5.0,
+        "the lifecycle controller kept checking ({checked} passes)"
+    );
+    assert!(share == 0.0 || faulted > 0, "faults were injected");
+    assert!(!ccm.log().contains(&project.password));
     Ok(())
 }

@@ -13,6 +13,12 @@
 //! | `provider_ids` | provider IDs, `node-ip`s, cluster CIDRs, Go durations, guestinfo |
 //! | `leader_migration` | the leader-migration configuration file |
 //! | `vsphere_soap` | a vCenter SOAP answer (XML reader and fault parser) |
+//! | `vsphere_soap_typed` | a vCenter answer read as what the provider asked for (service content, property sets, typed properties) |
+//! | `openstack_config` | the OpenStack cloud config (INI) and a clouds.yaml |
+//! | `openstack_keystone` | keystone's answer to a token request (status, token, catalog, expiry) |
+//!
+//! The seeds of each target include deeply nested documents (XML, JSON, YAML, past every
+//! nesting limit), so that the fuzzers start from them.
 
 #[cfg(feature = "aws")]
 use std::collections::BTreeMap;
@@ -38,6 +44,12 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("leader_migration", leader_migration),
     #[cfg(feature = "vsphere")]
     ("vsphere_soap", vsphere_soap),
+    #[cfg(feature = "vsphere")]
+    ("vsphere_soap_typed", vsphere_soap_typed),
+    #[cfg(feature = "openstack")]
+    ("openstack_config", openstack_config),
+    #[cfg(feature = "openstack")]
+    ("openstack_keystone", openstack_keystone),
 ];
 
 /// The gcfg reader and its value helpers.
@@ -167,6 +179,76 @@ pub fn vsphere_soap(data: &[u8]) {
     let text = String::from_utf8_lossy(body);
     let _ = vsphere_api::xml::parse(&text);
     let _ = vsphere_api::soap::read_answer("https://vcenter.invalid/sdk", status, &text);
+}
+
+/// A SOAP answer read as each typed answer the provider decodes: the service content, a
+/// `RetrievePropertiesEx` result and every property the vSphere provider reads from it.
+#[cfg(feature = "vsphere")]
+pub fn vsphere_soap_typed(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let Ok(answer) = vsphere_api::soap::read_answer("https://vcenter.invalid/sdk", 200, &text) else {
+        return;
+    };
+    let _ = vsphere_api::ServiceContent::from_answer(&answer);
+    let mut sets = Vec::new();
+    let _ = vsphere_api::soap::read_retrieve_result(&answer, &mut sets);
+    let mut parents = std::collections::BTreeMap::new();
+    for (obj, props) in &sets {
+        for path in [
+            "name",
+            "summary.config.uuid",
+            "summary.runtime.powerState",
+            "summary.config.guestId",
+        ] {
+            let _ = props.string(path);
+        }
+        let _ = props.int("summary.config.numCpu");
+        let _ = props.int("summary.config.memorySizeMB");
+        let _ = props.option_values("config.extraConfig");
+        let _ = props.guest_nics("guest.net");
+        parents.insert(obj.clone(), props.moref("parent"));
+    }
+    if let Some((first, _)) = sets.first() {
+        let chain = vsphere_api::soap::Client::chain(&parents, first);
+        assert!(chain.len() <= 65, "an ancestor chain is bounded");
+    }
+}
+
+/// The OpenStack cloud config, validated, and the input as a clouds.yaml.
+#[cfg(feature = "openstack")]
+pub fn openstack_config(data: &[u8]) {
+    use k8s_legacy_cloud_provider_openstack::config::OpenStackConfig;
+    if let Ok(cfg) = OpenStackConfig::parse(Some(data)) {
+        let _ = cfg.validate();
+    }
+    let mut cfg = OpenStackConfig::default();
+    let _ = cfg.apply_clouds_yaml_text(&String::from_utf8_lossy(data), "openstack", "fuzz");
+}
+
+/// Keystone's answer to a token request: the first byte chooses the HTTP status (200, 201,
+/// 401, 500), the second whether the `X-Subject-Token` header is there, the rest is the body.
+#[cfg(feature = "openstack")]
+pub fn openstack_keystone(data: &[u8]) {
+    use k8s_legacy_cloud_provider_openstack::client::{read_token_answer, unix_seconds_utc};
+    let (status, token, body) = match data {
+        [a, b, rest @ ..] => ([200, 201, 401, 500][usize::from(*a) % 4], b % 2 == 0, rest),
+        _ => (201, true, data),
+    };
+    let status = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::OK);
+    let now = 1_790_000_000;
+    if let Ok(answer) = read_token_answer(
+        "https://keystone.invalid/v3/auth/tokens",
+        status,
+        token.then_some("gAAAA-fuzz"),
+        body,
+        now,
+    ) {
+        assert_eq!(answer.value, "gAAAA-fuzz");
+        for entry in &answer.catalog {
+            let _ = entry.endpoints.iter().find(|e| e.interface == "public");
+        }
+    }
+    let _ = unix_seconds_utc(&String::from_utf8_lossy(body));
 }
 
 #[cfg(test)]

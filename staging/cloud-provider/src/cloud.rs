@@ -148,6 +148,17 @@ pub trait LoadBalancer: Send + Sync {
     /// Deletes the load balancer and everything the provider created for it. Idempotent:
     /// returns `Ok` when it does not exist. Must not return `ImplementedElsewhere`.
     async fn ensure_load_balancer_deleted(&self, cluster_name: &str, service: &Service) -> CloudResult<()>;
+
+    /// Asked by the service controller after it wrote the status that a successful
+    /// [`LoadBalancer::ensure_load_balancer`] returned: whether to sync the Service once more,
+    /// for work that must wait until the Service shows its new load balancer (the AWS
+    /// provider deletes the load balancer a type switch replaced then). That sync runs like any
+    /// other: under the Service's lock, each call within `--cloud-call-timeout`, a failure
+    /// retried with the queue's back-off and reported as an event. Not part of upstream's
+    /// interface; the default never asks.
+    fn sync_again_after_status(&self, _service: &Service) -> bool {
+        false
+    }
 }
 
 /// The legacy instances capability: one call per fact, by node name or by provider ID.

@@ -185,6 +185,10 @@ impl LoadBalancer for AuditedCloud {
         }
     }
 
+    fn sync_again_after_status(&self, service: &Service) -> bool {
+        self.lb().is_ok_and(|lb| lb.sync_again_after_status(service))
+    }
+
     async fn ensure_load_balancer(
         &self,
         cluster_name: &str,

@@ -174,6 +174,97 @@ where
     }
 }
 
+/// How long a client waits for the API server's answer to a request that is not a watch:
+/// kube-apiserver's own default `--request-timeout` (1 min), after which it would have ended
+/// the request itself. Without it, a server that accepts a request and never answers holds
+/// the caller (a reconcile, with its key) until the connection's read timeout (295 s).
+pub const API_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The error of a request not answered within its [`RequestTimeoutLayer`] bound (it names the
+/// request; the client turns it into a `kube::Error::Service`).
+#[derive(Debug, thiserror::Error)]
+#[error("the API server did not answer {method} {path} within {after:?}")]
+pub struct RequestTimedOut {
+    /// The request's method.
+    pub method: http::Method,
+    /// The request's path, without its query.
+    pub path: String,
+    /// The bound.
+    pub after: Duration,
+}
+
+/// Tower layer bounding every request but watches by a time (see [`API_REQUEST_TIMEOUT`]):
+/// the wait for the answer's head. A watch (`watch=true`/`watch=1`) lasts as long as the
+/// server keeps it open and is left alone.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestTimeoutLayer {
+    after: Duration,
+}
+
+impl RequestTimeoutLayer {
+    /// A layer bounding each request by `after`.
+    pub fn new(after: Duration) -> Self {
+        Self { after }
+    }
+}
+
+impl<S> Layer<S> for RequestTimeoutLayer {
+    type Service = RequestTimeout<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        RequestTimeout {
+            inner,
+            after: self.after,
+        }
+    }
+}
+
+/// The service made by [`RequestTimeoutLayer`].
+#[derive(Debug, Clone)]
+pub struct RequestTimeout<S> {
+    inner: S,
+    after: Duration,
+}
+
+/// Whether a request is a watch (its query has `watch=true` or `watch=1`).
+fn is_watch<B>(req: &http::Request<B>) -> bool {
+    req.uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"))
+}
+
+impl<S, B> Service<http::Request<B>> for RequestTimeout<S>
+where
+    S: Service<http::Request<B>>,
+    S::Future: Send + 'static,
+    S::Error: Into<tower::BoxError>,
+{
+    type Response = S::Response;
+    type Error = tower::BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, tower::BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let bound = (!is_watch(&req)).then(|| RequestTimedOut {
+            method: req.method().clone(),
+            path: req.uri().path().to_string(),
+            after: self.after,
+        });
+        let answer = self.inner.call(req);
+        Box::pin(async move {
+            match bound {
+                None => answer.await.map_err(Into::into),
+                Some(timed_out) => match tokio::time::timeout(timed_out.after, answer).await {
+                    Ok(r) => r.map_err(Into::into),
+                    Err(_) => Err(Box::new(timed_out) as tower::BoxError),
+                },
+            }
+        })
+    }
+}
+
 /// Builds a client from `config` with a QPS/burst limit and the given user agent.
 pub fn build_client(config: Config, qps: f32, burst: u32, user_agent: &str) -> Result<Client, ClientError> {
     build(config, qps, burst, user_agent, None)
@@ -214,6 +305,7 @@ fn build(
     let layer = RateLimitLayer::new(TokenBucket::new(qps, burst));
     let builder = ClientBuilder::try_from(config).map_err(ClientError::Build)?;
     Ok(builder
+        .with_layer(&RequestTimeoutLayer::new(API_REQUEST_TIMEOUT))
         .with_layer(&layer)
         .with_layer(&tower::util::option_layer(writes))
         .build())
@@ -222,6 +314,41 @@ fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_but_watches_are_bounded() {
+        // A server that never answers.
+        let never = tower::service_fn(|_req: http::Request<()>| {
+            std::future::pending::<Result<http::Response<()>, std::convert::Infallible>>()
+        });
+        let mut svc = RequestTimeoutLayer::new(Duration::from_secs(60)).layer(never);
+        let get = http::Request::get("/api/v1/nodes/a?resourceVersion=0")
+            .body(())
+            .unwrap();
+        let e = svc.call(get).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the API server did not answer GET /api/v1/nodes/a within 60s"
+        );
+        let watch = http::Request::get("/api/v1/nodes?watch=true&timeoutSeconds=290")
+            .body(())
+            .unwrap();
+        let pending = svc.call(watch);
+        assert!(
+            tokio::time::timeout(Duration::from_secs(600), pending)
+                .await
+                .is_err(),
+            "a watch is not bounded"
+        );
+        assert!(!is_watch(
+            &http::Request::get("/api/v1/nodes?watchers=true")
+                .body(())
+                .unwrap()
+        ));
+        assert!(is_watch(
+            &http::Request::get("/api/v1/nodes?a=b&watch=1").body(()).unwrap()
+        ));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn bucket_allows_burst_then_qps() {

@@ -20,8 +20,8 @@ pub mod soap;
 pub mod tls;
 pub mod xml;
 
-pub use login::CredentialSource;
-pub use soap::{Client, Credentials, GuestNicInfo, MoRef, PropertySet, ServiceContent};
+pub use login::{CredentialSource, Credentials};
+pub use soap::{Client, GuestNicInfo, MoRef, PropertySet, ServiceContent};
 
 /// A password or token: its `Debug` and `Display` never show the value.
 #[derive(Clone, PartialEq, Eq, Default)]

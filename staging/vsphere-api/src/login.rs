@@ -21,7 +21,25 @@ use std::{
 
 use sha2::{Digest, Sha256};
 
-use crate::{Error, soap::Credentials};
+use crate::{Error, Secret};
+
+/// Username and password of one vCenter.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// User name.
+    pub username: String,
+    /// Password (never shown).
+    pub password: Secret,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &self.password)
+            .finish()
+    }
+}
 
 /// The future a [`CredentialSource`] returns.
 pub type CredentialFuture = Pin<Box<dyn Future<Output = Result<Credentials, Error>> + Send>>;
@@ -172,7 +190,6 @@ impl LoginGate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Secret;
 
     fn creds(p: &str) -> Credentials {
         Credentials {

@@ -16,8 +16,7 @@ use tracing::{debug, info, warn};
 
 use crate::{
     Error, MoRef,
-    login::{CredentialSource, LoginGate},
-    soap::Credentials,
+    login::{CredentialSource, Credentials, LoginGate},
     tls::{TlsOptions, http_client},
 };
 

@@ -16,8 +16,10 @@ use std::{
 use tokio::sync::{Mutex, OnceCell};
 use tracing::{debug, info, warn};
 
+/// Kept at this path for earlier users; defined with the logins.
+pub use crate::login::Credentials;
 use crate::{
-    Error, Secret, SoapFault,
+    Error, SoapFault,
     login::{CredentialSource, LoginGate},
     tls::{TlsOptions, http_client},
     xml::{self, Element, escape},
@@ -78,6 +80,32 @@ pub struct ServiceContent {
     pub authorization_manager: Option<MoRef>,
     /// `about.apiVersion`.
     pub api_version: String,
+}
+
+impl ServiceContent {
+    /// Reads the answer to `RetrieveServiceContent` (its `returnval`).
+    pub fn from_answer(r: &Element) -> Result<Self, Error> {
+        let rv = r
+            .child("returnval")
+            .ok_or_else(|| Error::Response("RetrieveServiceContent: no returnval".into()))?;
+        let mo = |name: &str| {
+            rv.child(name)
+                .and_then(MoRef::from_element)
+                .ok_or_else(|| Error::Response(format!("ServiceContent without {name}")))
+        };
+        Ok(ServiceContent {
+            root_folder: mo("rootFolder")?,
+            property_collector: mo("propertyCollector")?,
+            view_manager: mo("viewManager")?,
+            search_index: mo("searchIndex")?,
+            session_manager: mo("sessionManager")?,
+            authorization_manager: rv.child("authorizationManager").and_then(MoRef::from_element),
+            api_version: rv
+                .path(&["about", "apiVersion"])
+                .map(|e| e.text.clone())
+                .unwrap_or_default(),
+        })
+    }
 }
 
 /// One vNIC as the guest reports it (`guest.net[]`).
@@ -154,24 +182,6 @@ impl PropertySet {
                     .unwrap_or(-1),
             })
             .collect()
-    }
-}
-
-/// Username and password of one vCenter.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Credentials {
-    /// User name.
-    pub username: String,
-    /// Password (never shown).
-    pub password: Secret,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("username", &self.username)
-            .field("password", &self.password)
-            .finish()
     }
 }
 
@@ -320,19 +330,7 @@ impl Client {
                 let r = self
                     .post("<RetrieveServiceContent xmlns=\"urn:vim25\"><_this type=\"ServiceInstance\">ServiceInstance</_this></RetrieveServiceContent>")
                     .await?;
-                let rv = r.child("returnval").ok_or_else(|| Error::Response("RetrieveServiceContent: no returnval".into()))?;
-                let mo = |name: &str| {
-                    rv.child(name).and_then(MoRef::from_element).ok_or_else(|| Error::Response(format!("ServiceContent without {name}")))
-                };
-                Ok(ServiceContent {
-                    root_folder: mo("rootFolder")?,
-                    property_collector: mo("propertyCollector")?,
-                    view_manager: mo("viewManager")?,
-                    search_index: mo("searchIndex")?,
-                    session_manager: mo("sessionManager")?,
-                    authorization_manager: rv.child("authorizationManager").and_then(MoRef::from_element),
-                    api_version: rv.path(&["about", "apiVersion"]).map(|e| e.text.clone()).unwrap_or_default(),
-                })
+                ServiceContent::from_answer(&r)
             })
             .await
     }
@@ -529,23 +527,6 @@ impl Client {
         Ok(r.child("returnval").and_then(MoRef::from_element))
     }
 
-    fn collect(r: &Element, out: &mut Vec<(MoRef, PropertySet)>) -> Option<String> {
-        let rv = r.child("returnval")?;
-        for o in rv.children_named("objects") {
-            let Some(obj) = o.child("obj").and_then(MoRef::from_element) else {
-                continue;
-            };
-            let mut set = PropertySet::default();
-            for p in o.children_named("propSet") {
-                if let (Some(name), Some(val)) = (p.child_text("name"), p.child("val")) {
-                    set.props.insert(name.to_string(), val.clone());
-                }
-            }
-            out.push((obj, set));
-        }
-        rv.child_text("token").map(str::to_string)
-    }
-
     /// `RetrievePropertiesEx` (+ `ContinueRetrievePropertiesEx`) with an object spec XML.
     async fn retrieve(
         &self,
@@ -564,7 +545,7 @@ impl Client {
             escape(type_)
         );
         let mut out = Vec::new();
-        let mut token = Self::collect(&self.call(&body).await?, &mut out);
+        let mut token = read_retrieve_result(&self.call(&body).await?, &mut out);
         while let Some(t) = token {
             let body = format!(
                 "<ContinueRetrievePropertiesEx xmlns=\"urn:vim25\">{}<token>{}</token></ContinueRetrievePropertiesEx>",
@@ -573,7 +554,7 @@ impl Client {
             );
             let r = self.call(&body).await?;
             // ContinueRetrievePropertiesEx answers a RetrieveResult directly in returnval.
-            token = Self::collect(&r, &mut out);
+            token = read_retrieve_result(&r, &mut out);
         }
         Ok(out)
     }
@@ -695,6 +676,26 @@ impl Client {
     }
 }
 
+/// Reads the answer to `RetrievePropertiesEx` / `ContinueRetrievePropertiesEx`: each object
+/// with its properties appended to `out` (objects without a readable reference skipped), and
+/// the continuation token, if any.
+pub fn read_retrieve_result(r: &Element, out: &mut Vec<(MoRef, PropertySet)>) -> Option<String> {
+    let rv = r.child("returnval")?;
+    for o in rv.children_named("objects") {
+        let Some(obj) = o.child("obj").and_then(MoRef::from_element) else {
+            continue;
+        };
+        let mut set = PropertySet::default();
+        for p in o.children_named("propSet") {
+            if let (Some(name), Some(val)) = (p.child_text("name"), p.child("val")) {
+                set.props.insert(name.to_string(), val.clone());
+            }
+        }
+        out.push((obj, set));
+    }
+    rv.child_text("token").map(str::to_string)
+}
+
 /// Reads a SOAP answer (HTTP `status`, body `text`, from `url`): the first element of the
 /// `Body`, or the typed [`SoapFault`] it carries, or an error saying what is wrong with it.
 /// Never panics, whatever the bytes (fuzzed by `fuzz/fuzz_targets/vsphere_soap.rs`).
@@ -755,7 +756,7 @@ mod tests {
               <GuestNicInfo><ipAddress>172.17.0.1</ipAddress><deviceConfigId>-1</deviceConfigId></GuestNicInfo>
             </val></propSet></objects><token>t1</token></returnval></R>"#;
         let mut out = Vec::new();
-        let token = Client::collect(&xml::parse(doc).unwrap(), &mut out);
+        let token = read_retrieve_result(&xml::parse(doc).unwrap(), &mut out);
         assert_eq!(token.as_deref(), Some("t1"));
         let (obj, p) = &out[0];
         assert_eq!(obj, &MoRef::new("VirtualMachine", "vm-1"));

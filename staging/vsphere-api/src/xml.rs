@@ -69,13 +69,23 @@ fn start(e: &quick_xml::events::BytesStart<'_>) -> Result<Element, XmlError> {
     Ok(el)
 }
 
+/// How deep elements may nest. vim25 answers nest about 15 levels; the limit keeps the
+/// recursive walks over the tree ([`Element::find`], `Clone`, `Drop`) far from the stack's end
+/// whatever a server sends (a million nested elements would otherwise crash the process).
+pub const MAX_DEPTH: usize = 256;
+
 /// Parses a document into its root element.
 pub fn parse(text: &str) -> Result<Element, XmlError> {
     let mut reader = Reader::from_str(text);
     let mut stack: Vec<Element> = Vec::new();
     loop {
         match reader.read_event().map_err(|e| XmlError(e.to_string()))? {
-            Event::Start(e) => stack.push(start(&e)?),
+            Event::Start(e) => {
+                if stack.len() >= MAX_DEPTH {
+                    return Err(XmlError(format!("elements nested deeper than {MAX_DEPTH}")));
+                }
+                stack.push(start(&e)?)
+            }
             Event::Empty(e) => {
                 let el = start(&e)?;
                 match stack.last_mut() {
@@ -216,6 +226,20 @@ mod tests {
         assert!(r.child("empty").is_some());
         assert_eq!(r.child_text("t"), Some("a & b <c>"));
         assert_eq!(root.find("deviceConfigId").unwrap().text, "4000");
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_crash() {
+        let depth = 1_000_000;
+        let doc = format!("{}{}", "<a>".repeat(depth), "</a>".repeat(depth));
+        assert_eq!(
+            parse(&doc),
+            Err(XmlError(format!("elements nested deeper than {MAX_DEPTH}")))
+        );
+        let ok = format!("{}{}", "<a>".repeat(MAX_DEPTH), "</a>".repeat(MAX_DEPTH));
+        let root = parse(&ok).expect("at the limit");
+        assert!(root.find("b").is_none());
+        drop(root.clone());
     }
 
     #[test]

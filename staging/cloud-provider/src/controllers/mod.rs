@@ -194,6 +194,28 @@ impl CloudControllerMetrics {
         m
     }
 
+    /// Bounds a cloud call that does not go through the [`CloudProvider`] interface (a
+    /// provider's own controller calling its cloud): abandoned after
+    /// [`CloudControllerMetrics::call_timeout`] (`--cloud-call-timeout`), counted in
+    /// `cloudprovider_api_call_timeouts_total{controller, operation}`; `Err` names the call.
+    pub async fn bounded<T>(
+        &self,
+        controller: &str,
+        operation: &str,
+        call: impl Future<Output = T>,
+    ) -> Result<T, CloudError> {
+        tokio::time::timeout(self.call_timeout, call).await.map_err(|_| {
+            self.cloud_call_timeouts
+                .with_label_values(&[controller, operation])
+                .inc();
+            tracing::warn!(controller, operation, timeout = ?self.call_timeout, "cloud call timed out");
+            CloudError::msg(format!(
+                "cloud call {operation} did not return within {:?} (--cloud-call-timeout); abandoned",
+                self.call_timeout
+            ))
+        })
+    }
+
     /// Times a cloud call and counts it by controller, operation and result; a call that does
     /// not return within [`CloudControllerMetrics::call_timeout`] is abandoned, counted in
     /// `cloudprovider_api_call_timeouts_total` and turned into an error naming it.

@@ -86,6 +86,10 @@ impl ServiceSyncError {
     }
 }
 
+/// How soon a Service is synced again when the provider asks for it after a status update
+/// ([`crate::LoadBalancer::sync_again_after_status`]): time for the informer to see the new status.
+const SYNC_AGAIN_AFTER_STATUS: std::time::Duration = std::time::Duration::from_secs(1);
+
 struct CachedService {
     state: Arc<Service>,
     last_synced_nodes: Vec<Arc<Node>>,
@@ -518,6 +522,15 @@ impl ServiceController {
                 context: "failed to update load balancer status",
                 source,
             })?;
+        if lb.sync_again_after_status(service) {
+            // Once the informer has the new status (the next sync reads the Service from it).
+            info!(
+                service = key,
+                "the provider asked for one more sync once the status shows the new load balancer"
+            );
+            self.service_queue
+                .add_after(key.to_string(), SYNC_AGAIN_AFTER_STATUS);
+        }
         Ok(false)
     }
 

@@ -102,18 +102,10 @@ pub struct AwsCloud {
     vpc_network: Mutex<Option<(std::time::Instant, Arc<lb::network::VpcNetwork>)>>,
     /// Services (`ns/name`) whose NLB target groups may have leaked and are to be swept.
     tg_sweep_pending: Mutex<std::collections::BTreeSet<String>>,
-    /// The API client and shutdown signal of [`CloudProvider::initialize`] (background work of
-    /// load-balancer type switches).
-    kube: std::sync::OnceLock<KubeContext>,
-    /// This provider, for background tasks (set by [`factory`]).
-    myself: std::sync::OnceLock<std::sync::Weak<AwsCloud>>,
-}
-
-/// What background tasks need from the controller manager.
-#[derive(Clone)]
-struct KubeContext {
-    client: kube::Client,
-    shutdown: tokio_util::sync::CancellationToken,
+    /// Services (by UID) whose type switch made the new load balancer while their status still
+    /// showed the old one: the old one is deleted in the sync after the status moved
+    /// ([`LoadBalancer::sync_again_after_status`]).
+    switch_pending: Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// Where the cluster lives, as upstream works it out at start (AWS-04): the VPC of load
@@ -288,8 +280,7 @@ impl AwsCloud {
             self_network: tokio::sync::OnceCell::new(),
             vpc_network: Mutex::new(None),
             tg_sweep_pending: Mutex::new(std::collections::BTreeSet::new()),
-            kube: std::sync::OnceLock::new(),
-            myself: std::sync::OnceLock::new(),
+            switch_pending: Mutex::new(std::collections::BTreeSet::new()),
         })
     }
 
@@ -613,9 +604,7 @@ pub fn factory() -> Factory {
     Arc::new(|config: Option<Vec<u8>>| {
         Box::pin(async move {
             let config = CloudConfig::parse(config.as_deref())?;
-            let cloud = Arc::new(AwsCloud::new(config).await?);
-            let _ = cloud.myself.set(Arc::downgrade(&cloud));
-            Ok(cloud as Arc<dyn CloudProvider>)
+            Ok(Arc::new(AwsCloud::new(config).await?) as Arc<dyn CloudProvider>)
         })
     })
 }
@@ -627,10 +616,6 @@ impl CloudProvider for AwsCloud {
     }
 
     async fn initialize(&self, ctx: InitContext) -> CloudResult<()> {
-        let _ = self.kube.set(KubeContext {
-            client: ctx.client.clone(),
-            shutdown: ctx.shutdown.clone(),
-        });
         self.instances.set_nodes(ctx.nodes);
         if let Some(dry_run) = ctx.dry_run {
             // Shadow mode: from now on no AWS write of any client is sent (see `WriteGuard`).

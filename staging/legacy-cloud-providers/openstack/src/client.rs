@@ -96,7 +96,25 @@ pub enum ClientError {
     Setup(String),
 }
 
+/// How many times [`OpenStackClient::request`] sends a request at most.
+pub const REQUEST_ATTEMPTS: u32 = 3;
+
 impl ClientError {
+    /// Whether the request that failed so may be sent again as it is (see
+    /// [`OpenStackClient::request`]).
+    pub fn may_be_sent_again(&self, method: &Method) -> bool {
+        let idempotent = matches!(*method, Method::GET | Method::HEAD | Method::PUT | Method::DELETE);
+        match self {
+            Self::Http { status, .. } => match status.as_u16() {
+                429 | 503 => true,
+                500 | 502 | 504 => idempotent,
+                _ => false,
+            },
+            Self::Transport { source, .. } => source.is_connect() || idempotent,
+            _ => false,
+        }
+    }
+
     /// HTTP 404.
     pub fn is_not_found(&self) -> bool {
         matches!(self, Self::Http { status, .. } if *status == StatusCode::NOT_FOUND)
@@ -114,22 +132,79 @@ struct Token {
     catalog: Vec<CatalogEntry>,
 }
 
+/// One service of keystone's catalog.
 #[derive(Debug, Clone, serde::Deserialize)]
-struct CatalogEntry {
+pub struct CatalogEntry {
+    /// The service type (`compute`, `network`, `load-balancer`, …).
     #[serde(rename = "type")]
-    kind: String,
+    pub kind: String,
+    /// Its endpoints.
     #[serde(default)]
-    endpoints: Vec<Endpoint>,
+    pub endpoints: Vec<Endpoint>,
 }
 
+/// One endpoint of a catalog entry.
 #[derive(Debug, Clone, serde::Deserialize)]
-struct Endpoint {
-    interface: String,
-    url: String,
+pub struct Endpoint {
+    /// `public`, `internal` or `admin`.
+    pub interface: String,
+    /// The endpoint's URL.
+    pub url: String,
+    /// The region (keystone v3).
     #[serde(default)]
-    region_id: Option<String>,
+    pub region_id: Option<String>,
+    /// The region (older keystones).
     #[serde(default)]
-    region: Option<String>,
+    pub region: Option<String>,
+}
+
+/// What keystone's answer to `POST /v3/auth/tokens` gives.
+#[derive(Debug, Clone)]
+pub struct TokenAnswer {
+    /// The token (`X-Subject-Token`; a secret: never logged).
+    pub value: String,
+    /// How long it is valid from now (`expires_at`; 1 h when absent or unreadable).
+    pub lifetime: Duration,
+    /// The service catalog (empty when absent or unreadable).
+    pub catalog: Vec<CatalogEntry>,
+}
+
+/// Reads keystone's answer to a token request: the status, the `X-Subject-Token` header and
+/// the body, at `now_unix` (seconds since the epoch). An error names the URL and keystone's
+/// message; a body that is not JSON is an error only when the status is one.
+pub fn read_token_answer(
+    url: &str,
+    status: StatusCode,
+    subject_token: Option<&str>,
+    body: &[u8],
+    now_unix: u64,
+) -> Result<TokenAnswer, ClientError> {
+    let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    if !status.is_success() {
+        return Err(ClientError::Auth {
+            url: url.to_string(),
+            message: format!("HTTP {status}: {}", openstack_message(&body)),
+        });
+    }
+    let value = subject_token
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| ClientError::Auth {
+            url: url.to_string(),
+            message: "no X-Subject-Token in the answer".into(),
+        })?
+        .to_string();
+    let t = &body["token"];
+    let catalog: Vec<CatalogEntry> = serde_json::from_value(t["catalog"].clone()).unwrap_or_default();
+    let lifetime = t["expires_at"]
+        .as_str()
+        .and_then(unix_seconds_utc)
+        .map(|exp| Duration::from_secs(exp.saturating_sub(now_unix)))
+        .unwrap_or(Duration::from_secs(3600));
+    Ok(TokenAnswer {
+        value,
+        lifetime,
+        catalog,
+    })
 }
 
 /// The client; cheap to share behind an `Arc`.
@@ -273,39 +348,27 @@ impl OpenStackClient {
                 message: e.without_url().to_string(),
             })?;
         let status = resp.status();
-        let token = resp
+        let subject_token = resp
             .headers()
             .get("x-subject-token")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let body: Value = resp.json().await.unwrap_or(Value::Null);
-        if !status.is_success() {
-            return Err(ClientError::Auth {
-                url,
-                message: format!("HTTP {status}: {}", openstack_message(&body)),
-            });
-        }
-        let value = token.ok_or_else(|| ClientError::Auth {
+        let body = resp.bytes().await.map_err(|e| ClientError::Auth {
             url: url.clone(),
-            message: "no X-Subject-Token in the answer".into(),
+            message: e.without_url().to_string(),
         })?;
-        let t = &body["token"];
-        let catalog: Vec<CatalogEntry> = serde_json::from_value(t["catalog"].clone()).unwrap_or_default();
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();
-        let lifetime = t["expires_at"]
-            .as_str()
-            .and_then(unix_seconds_utc)
-            .map(|exp| Duration::from_secs(exp.saturating_sub(now)))
-            .unwrap_or(Duration::from_secs(3600));
+        let answer = read_token_answer(&url, status, subject_token.as_deref(), &body, now)?;
         // Renew a minute early (or halfway, for very short tokens).
+        let lifetime = answer.lifetime;
         let reuse_for = lifetime.saturating_sub(Duration::from_secs(60)).max(lifetime / 2);
         Ok(Token {
-            value,
+            value: answer.value,
             expires: Instant::now() + reuse_for,
-            catalog,
+            catalog: answer.catalog,
         })
     }
 
@@ -348,7 +411,34 @@ impl OpenStackClient {
 
     /// One JSON request; `path` is relative to the service's endpoint (octavia and neutron
     /// paths start with `/v2…`, nova's with `/servers…`). A 401 re-authenticates once.
+    ///
+    /// A request that failed on the way is sent again, up to [`REQUEST_ATTEMPTS`] times in all
+    /// (0.2 s, then 0.4 s apart), when sending it again cannot do anything twice: any method
+    /// after `429`/`503` (refused, not processed) or a connection that could not be made; an
+    /// idempotent one (`GET`, `PUT`, `DELETE`) also after `500`/`502`/`504` or a connection
+    /// lost mid-way. A `POST` that may have been processed is never repeated here: the
+    /// controllers find what it made by name in their next sync.
     pub async fn request(
+        &self,
+        service: Service,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, ClientError> {
+        let mut attempt = 1;
+        loop {
+            match self.request_once(service, method.clone(), path, body).await {
+                Err(e) if attempt < REQUEST_ATTEMPTS && e.may_be_sent_again(&method) => {
+                    tracing::debug!(error = %e, attempt, "OpenStack request failed on the way; sending it again");
+                    tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn request_once(
         &self,
         service: Service,
         method: Method,
@@ -500,11 +590,20 @@ pub fn unix_seconds_utc(s: &str) -> Option<u64> {
     let (date, time) = s.split_once('T')?;
     let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
     let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    // Keystone writes four-digit years; anything else is not a time it means.
+    if !(1970..=9999).contains(&y) {
+        return None;
+    }
     let time = time.strip_suffix('Z').or_else(|| time.strip_suffix("+00:00"))?;
     let time = time.split('.').next()?;
     let mut t = time.splitn(3, ':').map(|p| p.parse::<i64>().ok());
     let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 || ss > 60 {
+    if !(1..=12).contains(&m)
+        || !(1..=31).contains(&day)
+        || !(0..=23).contains(&hh)
+        || !(0..=59).contains(&mm)
+        || !(0..=60).contains(&ss)
+    {
         return None;
     }
     // Days from the civil date (Howard Hinnant's algorithm).
@@ -525,6 +624,30 @@ pub fn query_escape(v: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_what_cannot_happen_twice_is_sent_again() {
+        let http = |status: u16| ClientError::Http {
+            method: Method::POST,
+            url: "/x".into(),
+            status: StatusCode::from_u16(status).unwrap(),
+            message: String::new(),
+        };
+        for m in [Method::GET, Method::PUT, Method::DELETE, Method::POST] {
+            assert!(http(429).may_be_sent_again(&m), "{m} after 429");
+            assert!(http(503).may_be_sent_again(&m), "{m} after 503");
+            assert!(!http(404).may_be_sent_again(&m), "{m} after 404");
+            assert!(!http(409).may_be_sent_again(&m), "{m} after 409");
+        }
+        assert!(http(500).may_be_sent_again(&Method::GET));
+        assert!(http(502).may_be_sent_again(&Method::DELETE));
+        assert!(
+            !http(500).may_be_sent_again(&Method::POST),
+            "a POST that may have been processed"
+        );
+        assert!(!http(504).may_be_sent_again(&Method::POST));
+        assert!(!ClientError::Setup("x".into()).may_be_sent_again(&Method::GET));
+    }
 
     #[test]
     fn error_bodies_of_each_service() {
@@ -553,6 +676,8 @@ mod tests {
         assert_eq!(unix_seconds_utc("2000-03-01T00:00:00+00:00"), Some(951_868_800));
         assert_eq!(unix_seconds_utc("2026-13-01T00:00:00Z"), None);
         assert_eq!(unix_seconds_utc("yesterday"), None);
+        assert_eq!(unix_seconds_utc("2026-01-01T-1:00:00Z"), None);
+        assert_eq!(unix_seconds_utc("9223372036854775807-01-01T00:00:00Z"), None);
     }
 
     #[test]

@@ -418,12 +418,22 @@ impl OpenStackConfig {
         } else {
             cloud.to_string()
         };
-        let doc: CloudsYaml = serde_saphyr::from_str(&body)
-            .map_err(|e| ConfigError(format!("[Global] clouds-file {}: {e}", path.display())))?;
-        let entry = doc.clouds.get(&name).ok_or_else(|| {
+        self.apply_clouds_yaml_text(&body, &name, &path.display().to_string())
+    }
+
+    /// Applies the entry `name` of a clouds.yaml document read from `origin` (named in errors):
+    /// the values `[Global]` left empty.
+    pub fn apply_clouds_yaml_text(
+        &mut self,
+        body: &str,
+        name: &str,
+        origin: &str,
+    ) -> Result<(), ConfigError> {
+        let doc: CloudsYaml = serde_saphyr::from_str(body)
+            .map_err(|e| ConfigError(format!("[Global] clouds-file {origin}: {e}")))?;
+        let entry = doc.clouds.get(name).ok_or_else(|| {
             ConfigError(format!(
-                "[Global] cloud {name:?}: no such entry in {} (it has: {})",
-                path.display(),
+                "[Global] cloud {name:?}: no such entry in {origin} (it has: {})",
                 doc.clouds.keys().cloned().collect::<Vec<_>>().join(", ")
             ))
         })?;

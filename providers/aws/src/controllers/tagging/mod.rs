@@ -431,13 +431,32 @@ impl TaggingController {
         }
     }
 
+    /// One tag or untag call (batched with others when batching is on), abandoned after
+    /// `--cloud-call-timeout` like every other cloud call of the controllers.
     async fn call(&self, op: TagOperation, instance: &str) -> Result<(), AwsError> {
         let ids = [instance.to_string()];
-        match (&self.batcher, op) {
-            (Some(b), op) => b.submit(op, instance, &self.options.tags).await,
-            (None, TagOperation::Create) => self.client.create_tags(&ids, &self.options.tags).await,
-            (None, TagOperation::Delete) => self.client.delete_tags(&ids, &self.options.tags).await,
-        }
+        let (operation, name) = match op {
+            TagOperation::Create => ("create_tags", "CreateTags"),
+            TagOperation::Delete => ("delete_tags", "DeleteTags"),
+        };
+        let call = async {
+            match (&self.batcher, op) {
+                (Some(b), op) => b.submit(op, instance, &self.options.tags).await,
+                (None, TagOperation::Create) => self.client.create_tags(&ids, &self.options.tags).await,
+                (None, TagOperation::Delete) => self.client.delete_tags(&ids, &self.options.tags).await,
+            }
+        };
+        self.ctx
+            .cloud_metrics
+            .bounded(NAME, name, call)
+            .await
+            .unwrap_or_else(|timed_out| {
+                Err(AwsError {
+                    operation,
+                    code: None,
+                    message: timed_out.to_string(),
+                })
+            })
     }
 
     async fn tag_instance(&self, node: &Node) -> Result<(), TaggingError> {

@@ -177,10 +177,6 @@ fn status_hostname(svc: &Service) -> Option<&str> {
         .as_deref()
 }
 
-/// How long a replaced load balancer waits for the Service's status to move to the new one
-/// before it is deleted anyway.
-pub const SWITCH_STATUS_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
-
 impl AwsCloud {
     /// Deletes the load balancer of kind `old` of `svc` (a type switch), if the Service still
     /// wants the other kind.
@@ -200,67 +196,6 @@ impl AwsCloud {
             tracing::info!(lb = %name, service = %service_key(svc), from = ?old, to = ?wanted, "load-balancer type changed: deleted the old load balancer");
         }
         Ok(())
-    }
-
-    /// After a type switch: waits (in the background) until the Service's status shows the
-    /// new load balancer's hostname, then deletes the old one — so the Service is never without
-    /// a load balancer. Gives up waiting after [`SWITCH_STATUS_WAIT`] and deletes anyway, unless
-    /// the Service went or wants the old kind again. A failed deletion is retried with back-off
-    /// (2 s doubling to 60 s) until it succeeds, the Service goes, or the process stops (a
-    /// restarted process deletes it in its first sync of the Service).
-    fn delete_replaced_after_status_moves(&self, cluster: &str, svc: &Service, old: LbKind, new_dns: String) {
-        let Some(ctx) = self.kube.get().cloned() else {
-            return;
-        };
-        let Some(me) = self.myself.get().and_then(std::sync::Weak::upgrade) else {
-            return;
-        };
-        let (ns, name) = (
-            svc.metadata.namespace.clone().unwrap_or_default(),
-            svc.metadata.name.clone().unwrap_or_default(),
-        );
-        let uid = svc.metadata.uid.clone();
-        let cluster = cluster.to_string();
-        tokio::spawn(async move {
-            let services: kube::Api<Service> = kube::Api::namespaced(ctx.client.clone(), &ns);
-            let deadline = tokio::time::Instant::now() + SWITCH_STATUS_WAIT;
-            // A failed deletion (throttling, a 5xx, a reset) is retried here with back-off: no
-            // other sync would come back to it (a Service is only synced again when it changes).
-            let mut pause = std::time::Duration::from_secs(2);
-            loop {
-                let fresh = tokio::select! {
-                    _ = ctx.shutdown.cancelled() => return,
-                    r = services.get_opt(&name) => r,
-                };
-                match fresh {
-                    Ok(Some(s)) if s.metadata.uid == uid => {
-                        if status_hostname(&s) == Some(new_dns.as_str())
-                            || tokio::time::Instant::now() > deadline
-                        {
-                            match me.delete_replaced(&cluster, &s, old).await {
-                                Ok(()) => return,
-                                Err(e) => {
-                                    tracing::warn!(service = %format!("{ns}/{name}"), error = %e, retry_in = ?pause, "could not delete the replaced load balancer; retrying");
-                                    tokio::select! {
-                                        _ = ctx.shutdown.cancelled() => return,
-                                        _ = tokio::time::sleep(pause) => {}
-                                    }
-                                    pause = (pause * 2).min(std::time::Duration::from_secs(60));
-                                    continue;
-                                }
-                            }
-                        }
-                    }
-                    // Gone (its deletion removes every kind) or replaced by another object.
-                    Ok(_) => return,
-                    Err(e) => tracing::debug!(error = %e, "reading the Service during a type switch"),
-                }
-                tokio::select! {
-                    _ = ctx.shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(std::time::Duration::from_secs(2)) => {}
-                }
-            }
-        });
     }
 
     /// Whether a load balancer of the other kind than `kind` exists for `name`.
@@ -336,8 +271,12 @@ impl LoadBalancer for AwsCloud {
             };
             if !dns.is_empty() && status_hostname(svc) == Some(dns.as_str()) {
                 self.delete_replaced(cluster, svc, old).await?;
-            } else if !dns.is_empty() {
-                self.delete_replaced_after_status_moves(cluster, svc, old, dns.clone());
+            } else if !dns.is_empty()
+                && let Some(uid) = &svc.metadata.uid
+            {
+                // The service controller writes the new status, then syncs again: the old load
+                // balancer is deleted in that sync (above), under the Service's lock.
+                self.switch_pending.lock().insert(uid.clone());
             }
         }
         Ok(hostname_status(&dns))
@@ -382,10 +321,24 @@ impl LoadBalancer for AwsCloud {
         }
     }
 
+    /// After a type switch whose new load balancer is not yet in the Service's status: once
+    /// the controller has written it, one more sync deletes the old load balancer. A failure
+    /// there is the sync's error (an event, retried with back-off); a restarted process finds
+    /// the switch in its first sync of the Service.
+    fn sync_again_after_status(&self, svc: &Service) -> bool {
+        svc.metadata
+            .uid
+            .as_ref()
+            .is_some_and(|uid| self.switch_pending.lock().remove(uid))
+    }
+
     /// Deletes whatever this provider made for the Service, of either kind. A Service of type
     /// `nlb-ip`/`external` belongs to another controller and is left alone, as upstream does.
     async fn ensure_load_balancer_deleted(&self, cluster: &str, svc: &Service) -> CloudResult<()> {
         let name = default_load_balancer_name(svc);
+        if let Some(uid) = &svc.metadata.uid {
+            self.switch_pending.lock().remove(uid);
+        }
         if crate::annotations::is_external(svc) {
             return Ok(());
         }
