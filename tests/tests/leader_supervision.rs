@@ -258,9 +258,14 @@ async fn a_leader_whose_renewals_are_answered_late_writes_nothing_after_the_new_
         // The new leader stops (and releases the lease) before the next trial.
         drop(new);
     }
-    let min = gaps.iter().copied().fold(f64::INFINITY, f64::min);
+    gaps.sort_by(f64::total_cmp);
+    let (min, max) = (
+        gaps.first().copied().unwrap_or_default(),
+        gaps.last().copied().unwrap_or_default(),
+    );
+    let median = gaps.get(gaps.len() / 2).copied().unwrap_or_default();
     println!(
-        "{trials} trials: no write of an old leader after a new leader's first; smallest gap {min:.2} s"
+        "{trials} trials: no write of an old leader after a new leader's first; gap between them {min:.2} s to {max:.2} s (median {median:.2} s)"
     );
     Ok(())
 }

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# A cold CI run, timed: HEAD cloned into a fresh directory and `.ci/run` run there with an empty
+# project cache (test servers installed and everything built from nothing; Debian packages
+# already installed, as on a CI machine with its image). The advisory database beside this
+# checkout (../shared/advisory-db) is used as CI uses it. Prints the total time, the exit status
+# and each step of hack/test.sh with its time; the run's log is kept in the printed directory
+# with --keep (deleted otherwise, ~20 GiB).
+#   hack/cold-ci.sh [--keep]
+# Takes ~1 h on 2 cores: do not load the machine meanwhile (the figure would be too high).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+keep=0
+while (($#)); do
+  case "$1" in
+    --keep) keep=1; shift ;;
+    *) echo "usage: $0 [--keep]" >&2; exit 2 ;;
+  esac
+done
+commit=$(git rev-parse --short=7 HEAD)
+work=$(mktemp -d "${TMPDIR:-/tmp}/cold-ci.XXXXXX")
+((keep)) || trap 'rm -rf "$work"' EXIT
+git clone --quiet "$PWD" "$work/main"
+git -C "$work/main" checkout --quiet "$commit"
+[[ -d ../shared ]] && ln -s "$(cd ../shared && pwd)" "$work/shared"
+start=$(date +%s)
+rc=0
+(cd "$work/main" && env -u CARGO_TARGET_DIR RCP_CACHE_DIR="$work/cache" CI=true .ci/run) >"$work/log" 2>&1 || rc=$?
+took=$(($(date +%s) - start))
+tests=$(grep -o '[0-9]* tests run: [0-9]* passed[^)]*' "$work/log" | tail -1 || true)
+echo "cold CI at $commit: ${took} s ($((took / 60)) min $((took % 60)) s), exit $rc; ${tests:-no test summary}"
+grep '^\[test.sh\]' "$work/log" || true
+((keep)) && echo "log: $work/log"
+exit "$rc"
