@@ -60,7 +60,7 @@ run_test() {
   local file=$1 name=$2; shift 2
   local log="$work/$name.log"
   if env "$@" cargo test --quiet --locked -p rcp-e2e --test "$file" -- --exact "$name" --nocapture >"$log" 2>&1; then
-    grep -v -E '^(running [0-9]+ tests?|test result:|test [a-z_:]+ \.\.\. ok|$)' "$log" | grep -v -E '^\s*[0-9T:.-]+Z? +(INFO|WARN|DEBUG|ERROR)' || true
+    grep -v -E '^(running [0-9]+ tests?|test result:|test [a-z_:]+ \.\.\. ok|\.+|)$' "$log" | grep -v -E '^\s*[0-9T:.-]+Z? +(INFO|WARN|DEBUG|ERROR)' || true
   else
     fail "$name"
     echo "FAILED: $file::$name"
