@@ -113,7 +113,20 @@ async fn load_balancers_converge_under_30_percent_cloud_faults() -> Result<()> {
     rig.proxy.set_random_faults(None);
     let mut problems = Vec::new();
     for l in lifecycles {
-        problems.extend(l?.problems);
+        match l {
+            Ok(l) => problems.extend(l.problems),
+            Err(e) => {
+                // What the CCM said about the Services, to see why one did not converge.
+                let log = rig.ccm_log().await;
+                for line in log
+                    .lines()
+                    .filter(|l| l.contains("faulty-") && !l.contains(" INFO "))
+                {
+                    eprintln!("{line}");
+                }
+                return Err(e);
+            }
+        }
     }
     let leftovers = rig.leftovers(LIMIT).await?;
     let requests = rig.proxy.total();

@@ -589,6 +589,10 @@ async fn review_access(
 /// Where upstream publishes the API server's client CA for delegating servers.
 pub const AUTHENTICATION_CONFIGMAP: (&str, &str) = ("kube-system", "extension-apiserver-authentication");
 
+/// How many times [`lookup_client_ca`] reads the ConfigMap at most when the API server fails
+/// (`5xx`, `429`, no answer).
+pub const LOOKUP_ATTEMPTS: u32 = 5;
+
 /// Errors looking up the client CA.
 #[derive(Debug, thiserror::Error)]
 pub enum LookupError {
@@ -601,17 +605,30 @@ pub enum LookupError {
 
 /// The `client-ca-file` of `kube-system/extension-apiserver-authentication`, as PEM text:
 /// `Ok(None)` when the ConfigMap or key does not exist (client certificates then are not
-/// authenticated, with a warning, as upstream); an error when it cannot be read, unless
-/// `tolerate_failure`.
+/// authenticated, with a warning, as upstream); an error when it cannot be read within
+/// [`LOOKUP_ATTEMPTS`] attempts, unless `tolerate_failure`.
 pub async fn lookup_client_ca(
     client: &Client,
     tolerate_failure: bool,
 ) -> Result<Option<String>, LookupError> {
     let (namespace, name) = AUTHENTICATION_CONFIGMAP;
-    match Api::<ConfigMap>::namespaced(client.clone(), namespace)
-        .get_opt(name)
-        .await
-    {
+    let configmaps = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+    // A server error or a lost connection is asked again a few times (1 s apart) before the
+    // process gives up: an API server that fails one request at start-up should not cost a
+    // restart. (Upstream fails at once, unless the answer carries Retry-After.)
+    let mut answer = configmaps.get_opt(name).await;
+    for _ in 1..LOOKUP_ATTEMPTS {
+        match &answer {
+            Err(kube::Error::Api(s)) if s.code < 500 && s.code != 429 => break,
+            Err(e) => {
+                warn!(error = %e, "reading configmap/{name} in {namespace}; asking again in 1 s");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                answer = configmaps.get_opt(name).await;
+            }
+            Ok(_) => break,
+        }
+    }
+    match answer {
         Ok(Some(cm)) => {
             let ca = cm.data.and_then(|mut d| d.remove("client-ca-file"));
             if ca.is_none() {

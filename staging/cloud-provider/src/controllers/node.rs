@@ -38,6 +38,10 @@ use crate::{
     well_known::{self, TAINT_UNINITIALIZED, events},
 };
 
+/// How many times a Node's addresses are written at most when the API server fails (`5xx`,
+/// `429`, no answer).
+const ADDRESS_PATCH_ATTEMPTS: u32 = 5;
+
 /// Canonical controller name.
 pub const NAME: &str = "cloud-node-controller";
 /// Client name (credentials).
@@ -396,7 +400,8 @@ impl CloudNodeController {
         }))
     }
 
-    /// Writes the cloud's addresses to `status.addresses` when they differ (spec §2.5).
+    /// Writes the cloud's addresses to `status.addresses` when they differ (spec §2.5); a
+    /// failure is logged, not returned (the periodic address sync comes back to it).
     async fn update_node_address(&self, node: &Node, cloud: &[NodeAddress]) {
         let name = node.metadata.name.as_deref().unwrap_or_default();
         let wanted = match desired_node_addresses(node, cloud) {
@@ -413,12 +418,32 @@ impl CloudNodeController {
         // A merge patch replaces the list wholesale (the strategic merge key `type` would
         // otherwise merge the old and new lists incorrectly).
         let patch = serde_json::json!({ "status": { "addresses": wanted } });
-        if let Err(e) = self
-            .api
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            warn!(node = name, error = %e, "failed to update node addresses for node {name:?}");
+        // A server error or a lost connection is tried again (up to ADDRESS_PATCH_ATTEMPTS,
+        // 0.2 s apart and more): otherwise a Node initialised while the API server failed once
+        // would wait for the next periodic address sync (--node-status-update-frequency,
+        // 5 min) for its addresses, as upstream's does.
+        let mut attempt = 1;
+        loop {
+            match self
+                .api
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => return,
+                Err(kube::Error::Api(s)) if s.code < 500 && s.code != 429 => {
+                    warn!(node = name, error = %s, "failed to update node addresses for node {name:?}");
+                    return;
+                }
+                Err(e) if attempt >= ADDRESS_PATCH_ATTEMPTS => {
+                    warn!(node = name, error = %e, "failed to update node addresses for node {name:?}");
+                    return;
+                }
+                Err(e) => {
+                    debug!(node = name, error = %e, attempt, "updating node addresses; trying again");
+                    tokio::time::sleep(std::time::Duration::from_millis(200 * u64::from(attempt))).await;
+                    attempt += 1;
+                }
+            }
         }
     }
 

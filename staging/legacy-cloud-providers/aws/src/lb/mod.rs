@@ -242,7 +242,30 @@ impl LoadBalancer for AwsCloud {
         }
         let ports = preflight(svc, kind)?;
         let name = default_load_balancer_name(svc);
-        let switching = self.other_kind_exists(&name, kind).await?;
+        let mut switching = self.other_kind_exists(&name, kind).await?;
+        let old = match kind {
+            LbKind::Classic => LbKind::Network,
+            _ => LbKind::Classic,
+        };
+        if switching {
+            // A sync after the status moved to the new load balancer: the old one is deleted
+            // first, so that nothing else this sync does (and may fail at) delays it.
+            let new_dns = match kind {
+                LbKind::Classic => self
+                    .describe_classic(&name)
+                    .await?
+                    .and_then(|lb| lb.dns_name().map(str::to_string)),
+                _ => self
+                    .describe_nlb(&name)
+                    .await?
+                    .and_then(|lb| lb.dns_name().map(str::to_string)),
+            };
+            if new_dns.as_deref().is_some_and(|d| !d.is_empty()) && status_hostname(svc) == new_dns.as_deref()
+            {
+                self.delete_replaced(cluster, svc, old).await?;
+                switching = false;
+            }
+        }
         let instances = self.target_instances(nodes, &opts).await?;
         let ensured = match kind {
             LbKind::Classic => self.ensure_classic(&name, svc, &opts, &ports, &instances).await,
@@ -265,10 +288,6 @@ impl LoadBalancer for AwsCloud {
             Err(e) => return Err(e),
         };
         if switching {
-            let old = match kind {
-                LbKind::Classic => LbKind::Network,
-                _ => LbKind::Classic,
-            };
             if !dns.is_empty() && status_hostname(svc) == Some(dns.as_str()) {
                 self.delete_replaced(cluster, svc, old).await?;
             } else if !dns.is_empty()
