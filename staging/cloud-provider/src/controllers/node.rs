@@ -213,6 +213,26 @@ impl CloudNodeController {
         };
         if !has_taint(&node, TAINT_UNINITIALIZED) {
             self.reconcile_node_labels(&node).await;
+            // A retry of a failed sync that finds the Node initialised without addresses: the
+            // initialising write was applied but its answer lost. The addresses are written
+            // now rather than at the next periodic sync (5 min; upstream waits for it). (Not on
+            // every sync: right after a successful initialisation the informer may not show
+            // the addresses yet, and that would double the cloud calls.)
+            if self.queue.num_requeues(&name.to_string()) > 0
+                && addresses(&node).is_empty()
+                && !provider_id(&node).is_empty()
+            {
+                let metadata =
+                    self.instance_metadata(&node)
+                        .await
+                        .map_err(|source| NodeSyncError::Metadata {
+                            node: name.to_string(),
+                            source,
+                        })?;
+                if let Some(m) = metadata {
+                    self.update_node_address(&node, &m.node_addresses).await;
+                }
+            }
             return Ok(());
         }
         info!(node = name, "Initializing node {name} with cloud provider");
