@@ -28,7 +28,7 @@ cargo build --quiet "${profile[@]}" --bin cloud-controller-manager-aws
 run() {
   RCP_FAULT_SERVICES=$services RCP_FAULT_SHARE=$1 RCP_FAULT_KINDS=$2 \
     cargo test --quiet -p rcp-e2e --test reliability \
-    -- --exact load_balancers_converge_under_30_percent_cloud_faults --nocapture 2>&1 | grep -E '^faults|FAIL|panicked|Error:|did not converge' || true
+    -- --exact load_balancers_converge_under_30_percent_cloud_faults --nocapture 2>&1 | grep -E -A3 '^faults|FAIL|panicked|Error:|did not converge|left behind' || true
 }
 echo "== baseline (no faults)"; run 0 all
 echo "== $share mixed faults"; run "$share" all
