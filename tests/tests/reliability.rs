@@ -188,6 +188,30 @@ fn fake_cloud_config(cluster: &rcp_e2e::TestCluster, nodes: usize) -> Result<std
     rcp_e2e::k8s::write_fake_cloud_config(cluster.dir(), &names)
 }
 
+/// The fake-cloud CCM named `name` with `nodes` machines, reaching the API server through
+/// `kubeconfig`, with these extra flags.
+fn start_fake_ccm(
+    cluster: &rcp_e2e::TestCluster,
+    kubeconfig: &std::path::Path,
+    name: &str,
+    nodes: usize,
+    extra: &[&str],
+) -> Result<rcp_e2e::ccm::CcmProcess> {
+    let config = fake_cloud_config(cluster, nodes)?;
+    let mut args = vec![
+        format!("--cloud-config={}", config.display()),
+        "--cluster-cidr=10.244.0.0/16".to_string(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    rcp_e2e::ccm::CcmProcess::start(
+        "fake-cloud-controller-manager",
+        name,
+        kubeconfig,
+        cluster.dir(),
+        &args,
+    )
+}
+
 fn lb_service(name: &str) -> k8s_openapi::api::core::v1::Service {
     rcp_e2e::k8s::load_balancer_service(name, &[], &[(80, "http")])
 }
@@ -206,20 +230,17 @@ async fn informers_recover_from_api_server_restarts_and_etcd_compaction() -> Res
     };
     use rcp_e2e::k8s::{initialised, tainted_node, wait_for, wait_for_ingress};
     let mut cluster = rcp_e2e::TestCluster::start().await?;
-    let config = fake_cloud_config(&cluster, 4)?;
-    let mut ccm = rcp_e2e::ccm::CcmProcess::start(
-        "fake-cloud-controller-manager",
-        "ccm",
+    let mut ccm = start_fake_ccm(
+        &cluster,
         cluster.kubeconfig_path(),
-        cluster.dir(),
+        "ccm",
+        4,
         &[
-            format!("--cloud-config={}", config.display()),
-            "--cluster-cidr=10.244.0.0/16".to_string(),
             // The outages here (≈ 3 s + the API server's start, up to ~15 s on a loaded CI
             // machine) must stay within the renew deadline: a longer one makes the leader exit,
             // which the next test shows.
-            "--leader-elect-lease-duration=90s".to_string(),
-            "--leader-elect-renew-deadline=60s".to_string(),
+            "--leader-elect-lease-duration=90s",
+            "--leader-elect-renew-deadline=60s",
         ],
     )?;
     let client = cluster.client().await?;
@@ -480,25 +501,22 @@ async fn nodes_and_services_converge_under_random_api_server_faults() -> Result<
     let cluster = rcp_e2e::TestCluster::start().await?;
     let proxy = FaultProxy::start_tls_self_signed(cluster.server()).await?;
     let proxied = cluster.kubeconfig_via_proxy(proxy.port())?;
-    let config = fake_cloud_config(&cluster, N)?;
     proxy.set_random_faults(Some(RandomFaults {
         share,
         kinds: FaultKind::ALL.to_vec(),
         only: vec![],
         api: FaultApi::Kube,
     }));
-    let mut ccm = rcp_e2e::ccm::CcmProcess::start(
-        "fake-cloud-controller-manager",
-        "ccm-api-faults",
+    let mut ccm = start_fake_ccm(
+        &cluster,
         &proxied,
-        cluster.dir(),
+        "ccm-api-faults",
+        N,
         &[
-            format!("--cloud-config={}", config.display()),
-            "--cluster-cidr=10.244.0.0/16".to_string(),
             // Renewals fail at the fault share too: a deadline of several retry periods keeps
             // a run of failed renewals (0.2^10) from costing the lease.
-            "--leader-elect-lease-duration=30s".to_string(),
-            "--leader-elect-renew-deadline=20s".to_string(),
+            "--leader-elect-lease-duration=30s",
+            "--leader-elect-renew-deadline=20s",
         ],
     )?;
     let client = cluster.client().await?;
