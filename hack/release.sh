@@ -3,7 +3,9 @@
 # every exact sibling pin, described in CHANGELOG.md, published once, recorded.
 #
 #   hack/release.sh bump VERSION     set [workspace.package] version and every `=OLD` pin of
-#                                    [workspace.dependencies] to VERSION, update Cargo.lock;
+#                                    [workspace.dependencies] to VERSION (and the sample's
+#                                    dependencies and the deploy manifests' image tag), update
+#                                    Cargo.lock;
 #                                    refused without a "## VERSION" section in CHANGELOG.md
 #   hack/release.sh check            the version in Cargo.toml has its CHANGELOG.md section and
 #                                    is above the last release (hack/last-release); run by CI
@@ -58,9 +60,13 @@ case "$cmd" in
     sed -i "s/version = \"=$old\"/version = \"=$new\"/g" Cargo.toml
     # The sample provider depends on the staged crates by version, as a vendor does.
     sed -i -E "s/^(k8s-[a-z-]+|vsphere-api) = \"$old\"\$/\1 = \"$new\"/" examples/cloud-provider-sample/Cargo.toml
+    # The image tag the deploy manifests name is the version (hack/build-image.sh tags so).
+    sed -i "s/^\( *newTag: \)$old\$/\1$new/" deploy/*/base/kustomization.yaml deploy/*/overlays/*/kustomization.yaml
     left=$(grep -rn --include=Cargo.toml "\"=$old\"" . --exclude-dir=target --exclude-dir=.git || true)
     [[ -z "$left" ]] || fail "pins of $old left after the bump:"$'\n'"$left"
     cargo update --workspace --offline --quiet
+    # The fuzz crate (outside the workspace) has its own lock file naming the staged crates.
+    (cd fuzz && cargo update --workspace --offline --quiet)
     echo "release: $old -> $new (workspace version and $pins sibling pins; Cargo.lock updated)"
     echo "release: next: commit, then hack/release.sh publish"
     ;;

@@ -8,6 +8,9 @@ use anyhow::{Context, Result, bail, ensure};
 use rcp_e2e::paths;
 use serde_json::Value;
 
+/// The workspace version: the image tag and what `--version` prints.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 fn run(cmd: &mut Command) -> Result<String> {
     let out = cmd.output().with_context(|| format!("starting {cmd:?}"))?;
     if !out.status.success() {
@@ -44,7 +47,7 @@ fn images_hold_only_the_binary_its_libraries_and_certificates_and_run_as_non_roo
         let index: Value = serde_json::from_str(&std::fs::read_to_string(layout.join("index.json"))?)?;
         let manifest_ref = &index["manifests"][0];
         assert_eq!(
-            manifest_ref["annotations"]["org.opencontainers.image.ref.name"], "0.1.0",
+            manifest_ref["annotations"]["org.opencontainers.image.ref.name"], VERSION,
             "{bin}: tagged with the version"
         );
         let manifest = blob(&layout, manifest_ref["digest"].as_str().context("digest")?)?;
@@ -73,7 +76,7 @@ fn images_hold_only_the_binary_its_libraries_and_certificates_and_run_as_non_roo
         let bundle = out.path().join(format!("{bin}-bundle"));
         run(Command::new("umoci")
             .args(["unpack", "--rootless", "--image"])
-            .arg(format!("{}:0.1.0", layout.display()))
+            .arg(format!("{}:{VERSION}", layout.display()))
             .arg(&bundle))?;
         let rootfs = bundle.join("rootfs");
         ensure!(
@@ -97,7 +100,7 @@ fn images_hold_only_the_binary_its_libraries_and_certificates_and_run_as_non_roo
         let version = run(chroot
             .arg(&rootfs)
             .args(["/usr/local/bin/cloud-controller-manager", "--version"]))?;
-        assert!(version.contains("0.1.0"), "{bin}: {version}");
+        assert!(version.contains(VERSION), "{bin}: {version}");
         let size: u64 = std::fs::read_dir(layout.join("blobs/sha256"))?
             .filter_map(|e| e.ok()?.metadata().ok())
             .map(|m| m.len())

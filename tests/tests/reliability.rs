@@ -82,8 +82,9 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
-/// `RCP_FAULT_SHARE` (default 0.3), `RCP_FAULT_SERVICES` (2) and `RCP_FAULT_KINDS` (`all`, or
-/// `throttle`) let `hack/bench-cloud-faults.sh` run the same scenario as a benchmark.
+/// `RCP_FAULT_SHARE` (default 0.3), `RCP_FAULT_SERVICES` (2), `RCP_FAULT_KINDS` (`all`, or
+/// `throttle`) and `RCP_FAULT_LIMIT_SECS` (each step's limit, 240) let
+/// `hack/bench-cloud-faults.sh` run the same scenario as a benchmark.
 #[tokio::test]
 async fn load_balancers_converge_under_30_percent_cloud_faults() -> Result<()> {
     let share: f64 = env_or("RCP_FAULT_SHARE", 0.3);
@@ -92,6 +93,7 @@ async fn load_balancers_converge_under_30_percent_cloud_faults() -> Result<()> {
         Ok("throttle") => vec![FaultKind::Throttle],
         _ => FaultKind::ALL.to_vec(),
     };
+    let limit = Duration::from_secs(env_or("RCP_FAULT_LIMIT_SECS", LIMIT.as_secs()));
     let rig = AwsChaosRig::start(2, &[]).await?;
     rig.proxy.reset_counts();
     let calls_before = rig
@@ -106,7 +108,7 @@ async fn load_balancers_converge_under_30_percent_cloud_faults() -> Result<()> {
     let start = Instant::now();
     let lifecycles = futures::future::join_all((0..count).map(|i| {
         let rig = rig.clone();
-        async move { rig.service_lifecycle(&format!("faulty-{i}"), LIMIT).await }
+        async move { rig.service_lifecycle(&format!("faulty-{i}"), limit).await }
     }))
     .await;
     let took = start.elapsed();
@@ -128,7 +130,7 @@ async fn load_balancers_converge_under_30_percent_cloud_faults() -> Result<()> {
             }
         }
     }
-    let leftovers = rig.leftovers(LIMIT).await?;
+    let leftovers = rig.leftovers(limit).await?;
     let requests = rig.proxy.total();
     let logical = rig
         .metric("cloudprovider_aws_api_request_duration_seconds_count")
@@ -146,14 +148,31 @@ async fn load_balancers_converge_under_30_percent_cloud_faults() -> Result<()> {
         requests as f64 / took.as_secs_f64(),
     );
     assert!(problems.is_empty(), "{problems:#?}");
-    assert!(
-        leftovers.classic.is_empty()
-            && leftovers.network.is_empty()
-            && leftovers.target_groups.is_empty()
-            && leftovers.security_groups.is_empty()
-            && leftovers.node_group_rules == rig.node_rules_at_start(),
-        "left behind: {leftovers:?}"
-    );
+    let clean = leftovers.classic.is_empty()
+        && leftovers.network.is_empty()
+        && leftovers.target_groups.is_empty()
+        && leftovers.security_groups.is_empty()
+        && leftovers.node_group_rules == rig.node_rules_at_start();
+    if !clean {
+        // What the CCM said about what was left, to see how it came to be left.
+        let names: Vec<String> = leftovers
+            .classic
+            .values()
+            .chain(leftovers.network.values())
+            .chain(leftovers.target_groups.values())
+            .flatten()
+            .cloned()
+            .chain(leftovers.security_groups.keys().cloned())
+            .collect();
+        let log = rig.ccm_log().await;
+        for line in log.lines().filter(|l| {
+            names.iter().any(|n| l.contains(n.as_str())) || l.contains(" WARN ") || l.contains(" ERROR ")
+        }) {
+            eprintln!("{line}");
+        }
+        eprintln!("node-group rules at the start: {:?}", rig.node_rules_at_start());
+    }
+    assert!(clean, "left behind: {leftovers:?}");
     assert_eq!(panics, 0.0);
     // The Nodes went through the same faults (the node and lifecycle controllers share the
     // cloud): every one is still there, initialised, and none was marked shut down.

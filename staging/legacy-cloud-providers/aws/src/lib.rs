@@ -106,6 +106,11 @@ pub struct AwsCloud {
     /// showed the old one: the old one is deleted in the sync after the status moved
     /// ([`LoadBalancer::sync_again_after_status`]).
     switch_pending: Mutex<std::collections::BTreeSet<String>>,
+    /// Held while the NLB rules of the node security groups are read and changed: the
+    /// path-MTU rule of a group is shared by every NLB with a client rule there, so two
+    /// Services reconciled at once (a node sync beside a Service's own sync) must not each
+    /// decide from what the other is changing (one left a path-MTU rule no NLB needed).
+    nlb_rules: tokio::sync::Mutex<()>,
 }
 
 /// Where the cluster lives, as upstream works it out at start (AWS-04): the VPC of load
@@ -281,6 +286,7 @@ impl AwsCloud {
             vpc_network: Mutex::new(None),
             tg_sweep_pending: Mutex::new(std::collections::BTreeSet::new()),
             switch_pending: Mutex::new(std::collections::BTreeSet::new()),
+            nlb_rules: tokio::sync::Mutex::new(()),
         })
     }
 

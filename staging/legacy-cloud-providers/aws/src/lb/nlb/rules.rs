@@ -27,6 +27,8 @@ impl AwsCloud {
         h: &TgHealth,
         instances: &[Arc<InstanceInfo>],
     ) -> CloudResult<()> {
+        // The groups are read and changed under the lock (see `AwsCloud::nlb_rules`).
+        let _shared_rules = self.nlb_rules.lock().await;
         let (client_d, health_d) = (format!("{RULE_CLIENT}{name}"), format!("{RULE_HEALTH}{name}"));
         let client_protocol = if ports.iter().any(|p| p.protocol == "UDP") {
             "udp"
@@ -166,18 +168,31 @@ impl AwsCloud {
     }
 
     /// Removes the client and health-check rules of the NLB `name` from every group of the VPC
-    /// that has them (and the path-MTU rules no client rule needs any more).
+    /// that has them, and the path-MTU rules no client rule needs any more — also in a group
+    /// of the cluster where the NLB's rules are gone already (a deletion retried after its
+    /// client rules were revoked must still remove the path-MTU rule they needed).
     pub(crate) async fn release_nlb_rules(&self, name: &str) -> CloudResult<()> {
+        // The groups are read and changed under the lock (see `AwsCloud::nlb_rules`).
+        let _shared_rules = self.nlb_rules.lock().await;
         let ours = [
             format!("{RULE_CLIENT}{name}"),
             format!("{RULE_HEALTH}{name}"),
             format!("{RULE_MTU}={name}"),
         ];
         for g in self.vpc_security_groups().await? {
-            if crate::lb::network::cidr_rules(&g)
-                .iter()
-                .any(|r| ours.contains(&r.description))
-            {
+            let rules = crate::lb::network::cidr_rules(&g);
+            let mtu = |r: &CidrRule| {
+                r.description == RULE_MTU || r.description.starts_with(&format!("{RULE_MTU}="))
+            };
+            // Only in the cluster's own groups: another cluster's rules are never touched.
+            let ours_to_heal = self.tagged_for_cluster(&crate::lb::network::tags_of(&g));
+            let stale_mtu = ours_to_heal
+                && rules.iter().filter(|r| mtu(r)).any(|m| {
+                    !rules
+                        .iter()
+                        .any(|r| r.description.starts_with(RULE_CLIENT) && r.cidr == m.cidr)
+                });
+            if stale_mtu || rules.iter().any(|r| ours.contains(&r.description)) {
                 self.reconcile_nlb_rules(&g, name, &[], NlbRules::ClientAndHealth)
                     .await?;
             }
