@@ -315,6 +315,48 @@ impl OpenStack {
     pub fn admin_password(&self) -> &str {
         &self.password
     }
+
+    /// Runs `sql` in Octavia's database (as the database's root, through the socket
+    /// `hack/openstack.sh` starts MariaDB with) and returns what it printed: tests force states
+    /// that Octavia's no-op drivers never reach (a load balancer in `ERROR`).
+    pub async fn octavia_sql(&self, sql: &str) -> Result<String> {
+        let out = tokio::process::Command::new("mariadb")
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", self.run_dir.join("mysql.sock").display()))
+            .args(["-uroot", "-N", "-B", "octavia", "-e", sql])
+            .output()
+            .await
+            .context("running mariadb")?;
+        if !out.status.success() {
+            bail!("mariadb {sql:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// `cloud-controller-manager-openstack` with the cloud config `config` (written as
+/// `<name>.conf` in the cluster's directory), leader election off, and these extra flags; its
+/// ServiceAccount is the one `deploy/openstack/base` grants.
+pub fn start_ccm(
+    cluster: &crate::TestCluster,
+    config: &str,
+    name: &str,
+    extra: &[&str],
+) -> Result<crate::ccm::CcmProcess> {
+    let path = cluster.dir().join(format!("{name}.conf"));
+    std::fs::write(&path, config)?;
+    let mut args = vec![
+        format!("--cloud-config={}", path.display()),
+        "--leader-elect=false".to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    crate::ccm::CcmProcess::start(
+        "cloud-controller-manager-openstack",
+        name,
+        &cluster.ccm_kubeconfig("openstack/base")?,
+        cluster.dir(),
+        &args,
+    )
 }
 
 /// One test's project (and user of the same name) with its own region.

@@ -16,32 +16,13 @@ use kube::{
 };
 use rcp_e2e::{
     TestCluster,
-    ccm::CcmProcess,
     fault_proxy::{Action, FaultApi, FaultKind, RandomFaults, Rule},
     k8s::{ingress_ip, initialised, load_balancer_service, set_ready, tainted_node, wait_for},
-    openstack::{FLAVOR, OpenStack, Project},
+    openstack::{FLAVOR, OpenStack, Project, start_ccm},
 };
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(90);
-const BIN: &str = "cloud-controller-manager-openstack";
-
-fn start_ccm(cluster: &TestCluster, config: &str, name: &str, extra: &[&str]) -> Result<CcmProcess> {
-    let path = cluster.dir().join(format!("{name}.conf"));
-    std::fs::write(&path, config)?;
-    let mut args = vec![
-        format!("--cloud-config={}", path.display()),
-        "--leader-elect=false".to_string(),
-    ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    CcmProcess::start(
-        BIN,
-        name,
-        &cluster.ccm_kubeconfig("openstack/base")?,
-        cluster.dir(),
-        &args,
-    )
-}
 
 fn label(n: &Node, key: &str) -> Option<String> {
     n.metadata.labels.as_ref()?.get(key).cloned()

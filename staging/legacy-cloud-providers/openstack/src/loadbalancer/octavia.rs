@@ -1,0 +1,277 @@
+//! Octavia's objects and the waits for its asynchronous changes.
+
+use std::time::{Duration, Instant};
+
+use k8s_cloud_provider::{CloudError, CloudResult};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::options::PROVISIONING_TIMEOUT;
+use crate::{
+    OpenStackCloud,
+    client::{Service, decode, query_escape},
+    cloud_error,
+};
+
+/// An Octavia load balancer.
+#[derive(Debug, Clone, Deserialize)]
+pub struct OctaviaLoadBalancer {
+    /// UUID.
+    pub id: String,
+    /// Name.
+    #[serde(default)]
+    pub name: String,
+    /// `ACTIVE`, `PENDING_*`, `ERROR`, `DELETED`.
+    #[serde(default)]
+    pub provisioning_status: String,
+    /// VIP address.
+    #[serde(default)]
+    pub vip_address: String,
+    /// VIP port.
+    #[serde(default)]
+    pub vip_port_id: String,
+    /// Tags (OCCM tags a load balancer with the names of the Services it serves).
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+impl OctaviaLoadBalancer {
+    /// Whether Octavia reports it in `ERROR`.
+    pub fn is_error(&self) -> bool {
+        self.provisioning_status == "ERROR"
+    }
+}
+
+/// A listener.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct Listener {
+    pub(super) id: String,
+    pub(super) protocol: String,
+    pub(super) protocol_port: i32,
+    #[serde(default)]
+    pub(super) default_pool_id: Option<String>,
+    #[serde(default)]
+    pub(super) allowed_cidrs: Option<Vec<String>>,
+}
+
+/// A pool.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct Pool {
+    pub(super) id: String,
+    #[serde(default)]
+    pub(super) lb_algorithm: String,
+    #[serde(default)]
+    pub(super) healthmonitor_id: Option<String>,
+}
+
+/// A pool member.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct Member {
+    #[serde(default)]
+    pub(super) name: String,
+    pub(super) address: String,
+    pub(super) protocol_port: i32,
+    #[serde(default)]
+    pub(super) subnet_id: Option<String>,
+}
+
+pub(super) const LBAAS: &str = "/v2/lbaas";
+
+impl OpenStackCloud {
+    /// The load balancer named exactly `name` (not `DELETED`); two of that name are an error.
+    pub(super) async fn find_load_balancer(&self, name: &str) -> CloudResult<Option<OctaviaLoadBalancer>> {
+        let path = format!("{LBAAS}/loadbalancers?name={}", query_escape(name));
+        let v = self
+            .client
+            .get(Service::LoadBalancer, &path)
+            .await
+            .map_err(|e| cloud_error(format!("listing load balancers named {name}"), e))?;
+        let mut lbs: Vec<OctaviaLoadBalancer> =
+            decode(&v, "loadbalancers", &path).map_err(|e| cloud_error("listing load balancers", e))?;
+        lbs.retain(|lb| lb.name == name && lb.provisioning_status != "DELETED");
+        match lbs.len() {
+            0 => Ok(None),
+            1 => Ok(lbs.pop()),
+            n => Err(CloudError::msg(format!(
+                "{n} Octavia load balancers are named {name}; delete the extra ones by hand"
+            ))),
+        }
+    }
+
+    /// Waits until the load balancer is `ACTIVE` (or gone, with `gone_ok`); `ERROR` is an
+    /// error naming it.
+    pub(super) async fn wait_active(
+        &self,
+        id: &str,
+        gone_ok: bool,
+    ) -> CloudResult<Option<OctaviaLoadBalancer>> {
+        match self.wait_settled(id).await? {
+            Some(lb) if lb.is_error() => Err(CloudError::msg(format!(
+                "Octavia load balancer {id} is in ERROR (see Octavia's logs for why)"
+            ))),
+            Some(lb) => Ok(Some(lb)),
+            None if gone_ok => Ok(None),
+            None => Err(CloudError::msg(format!("Octavia load balancer {id} disappeared"))),
+        }
+    }
+
+    /// Waits (at most [`PROVISIONING_TIMEOUT`]) until the load balancer is no longer
+    /// `PENDING_*`: `ACTIVE` or `ERROR` (returned), or gone (`None`).
+    pub(super) async fn wait_settled(&self, id: &str) -> CloudResult<Option<OctaviaLoadBalancer>> {
+        let start = Instant::now();
+        let mut delay = Duration::from_millis(200);
+        loop {
+            let path = format!("{LBAAS}/loadbalancers/{id}");
+            match self
+                .client
+                .get_as::<OctaviaLoadBalancer>(Service::LoadBalancer, &path, "loadbalancer")
+                .await
+            {
+                Ok(lb) if lb.provisioning_status == "DELETED" => return Ok(None),
+                Ok(lb) if !lb.provisioning_status.starts_with("PENDING_") => return Ok(Some(lb)),
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => return Ok(None),
+                Err(e) => return Err(cloud_error(format!("reading load balancer {id}"), e)),
+            }
+            if start.elapsed() > PROVISIONING_TIMEOUT {
+                return Err(CloudError::retry_after(
+                    format!(
+                        "Octavia load balancer {id} is still provisioning after {PROVISIONING_TIMEOUT:?}"
+                    ),
+                    Duration::from_secs(30),
+                ));
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(3));
+        }
+    }
+
+    /// Deletes the load balancer `lb` (waited out of `PENDING_*` first; `ACTIVE` or `ERROR`)
+    /// and waits until it is gone. With `cascade` Octavia deletes its listeners, pools,
+    /// members and monitors itself; without (`cascade-delete = false`: an Octavia provider
+    /// without cascade deletion) each pool and listener is deleted first, as OCCM does.
+    pub(super) async fn delete_load_balancer(
+        &self,
+        lb: &OctaviaLoadBalancer,
+        cascade: bool,
+    ) -> CloudResult<()> {
+        let Some(lb) = self.wait_settled(&lb.id).await? else {
+            return Ok(());
+        };
+        if !cascade {
+            let listeners: Vec<Listener> = self
+                .client
+                .get_as(
+                    Service::LoadBalancer,
+                    &format!("{LBAAS}/listeners?loadbalancer_id={}", query_escape(&lb.id)),
+                    "listeners",
+                )
+                .await
+                .map_err(|e| cloud_error(format!("listing listeners of {}", lb.id), e))?;
+            for l in &listeners {
+                if let Some(pool) = l.default_pool_id.as_deref().filter(|p| !p.is_empty()) {
+                    self.delete_child(&lb.id, &format!("{LBAAS}/pools/{pool}"), "pool")
+                        .await?;
+                }
+                self.delete_child(&lb.id, &format!("{LBAAS}/listeners/{}", l.id), "listener")
+                    .await?;
+            }
+            // Pools without a listener (a create that failed half-way).
+            let pools: Vec<Pool> = self
+                .client
+                .get_as(
+                    Service::LoadBalancer,
+                    &format!("{LBAAS}/pools?loadbalancer_id={}", query_escape(&lb.id)),
+                    "pools",
+                )
+                .await
+                .map_err(|e| cloud_error(format!("listing pools of {}", lb.id), e))?;
+            for p in &pools {
+                self.delete_child(&lb.id, &format!("{LBAAS}/pools/{}", p.id), "pool")
+                    .await?;
+            }
+        }
+        let cascade = if cascade { "?cascade=true" } else { "" };
+        match self
+            .client
+            .delete(
+                Service::LoadBalancer,
+                &format!("{LBAAS}/loadbalancers/{}{cascade}", lb.id),
+            )
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => {
+                return Err(cloud_error(
+                    format!("deleting load balancer {} ({})", lb.name, lb.id),
+                    e,
+                ));
+            }
+        }
+        if self.wait_settled(&lb.id).await?.is_some() {
+            return Err(CloudError::retry_after(
+                format!(
+                    "Octavia did not delete load balancer {} ({}): it is still there, deletion retried",
+                    lb.name, lb.id
+                ),
+                Duration::from_secs(10),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Deletes one child of `lb_id` (gone already is fine) and waits until the load balancer is
+    /// out of `PENDING_*` (`ACTIVE` or `ERROR`).
+    async fn delete_child(&self, lb_id: &str, path: &str, what: &str) -> CloudResult<()> {
+        match self.client.delete(Service::LoadBalancer, path).await {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => {
+                return Err(cloud_error(
+                    format!("deleting {what} of load balancer {lb_id}"),
+                    e,
+                ));
+            }
+        }
+        self.wait_settled(lb_id).await?;
+        Ok(())
+    }
+
+    /// Creates a child of `lb_id` and waits until the load balancer is `ACTIVE` again.
+    pub(super) async fn lb_post(
+        &self,
+        lb_id: &str,
+        path: &str,
+        body: Value,
+        what: &str,
+    ) -> CloudResult<Value> {
+        let v = self
+            .client
+            .post(Service::LoadBalancer, path, &body)
+            .await
+            .map_err(|e| cloud_error(format!("creating {what}"), e))?;
+        self.wait_active(lb_id, false).await?;
+        Ok(v)
+    }
+
+    /// Updates a child of `lb_id` and waits until the load balancer is `ACTIVE` again.
+    pub(super) async fn lb_put(&self, lb_id: &str, path: &str, body: Value, what: &str) -> CloudResult<()> {
+        self.client
+            .put(Service::LoadBalancer, path, &body)
+            .await
+            .map_err(|e| cloud_error(format!("updating {what}"), e))?;
+        self.wait_active(lb_id, false).await?;
+        Ok(())
+    }
+
+    /// Deletes a child of `lb_id` and waits until the load balancer is `ACTIVE` again.
+    pub(super) async fn lb_delete(&self, lb_id: &str, path: &str, what: &str) -> CloudResult<()> {
+        self.client
+            .delete(Service::LoadBalancer, path)
+            .await
+            .map_err(|e| cloud_error(format!("deleting {what}"), e))?;
+        self.wait_active(lb_id, false).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,238 @@
+//! What a Service asks for: annotations over `[LoadBalancer]`, its ports, and the names of what
+//! is made for it.
+
+use std::time::Duration;
+
+use k8s_cloud_provider::{CloudError, CloudResult};
+use k8s_openapi::api::core::v1::Service as KubeService;
+
+use crate::{OpenStackCloud, config::check_lb_method};
+
+/// `loadbalancer.openstack.org/subnet-id`.
+pub const ANNOTATION_SUBNET_ID: &str = "loadbalancer.openstack.org/subnet-id";
+/// `loadbalancer.openstack.org/network-id`.
+pub const ANNOTATION_NETWORK_ID: &str = "loadbalancer.openstack.org/network-id";
+/// `loadbalancer.openstack.org/port-id`: an existing port to use as the VIP.
+pub const ANNOTATION_PORT_ID: &str = "loadbalancer.openstack.org/port-id";
+/// `loadbalancer.openstack.org/floating-network-id`.
+pub const ANNOTATION_FLOATING_NETWORK_ID: &str = "loadbalancer.openstack.org/floating-network-id";
+/// `loadbalancer.openstack.org/floating-subnet-id`: the subnet of the floating network a new
+/// floating IP comes from.
+pub const ANNOTATION_FLOATING_SUBNET_ID: &str = "loadbalancer.openstack.org/floating-subnet-id";
+/// `loadbalancer.openstack.org/lb-method`.
+pub const ANNOTATION_LB_METHOD: &str = "loadbalancer.openstack.org/lb-method";
+/// `loadbalancer.openstack.org/enable-health-monitor`.
+pub const ANNOTATION_HEALTH_MONITOR: &str = "loadbalancer.openstack.org/enable-health-monitor";
+/// `loadbalancer.openstack.org/keep-floatingip`.
+pub const ANNOTATION_KEEP_FLOATING_IP: &str = "loadbalancer.openstack.org/keep-floatingip";
+/// `loadbalancer.openstack.org/flavor-id`.
+pub const ANNOTATION_FLAVOR_ID: &str = "loadbalancer.openstack.org/flavor-id";
+/// `loadbalancer.openstack.org/availability-zone`.
+pub const ANNOTATION_AVAILABILITY_ZONE: &str = "loadbalancer.openstack.org/availability-zone";
+/// `service.beta.kubernetes.io/openstack-internal-load-balancer`.
+pub const ANNOTATION_INTERNAL: &str = "service.beta.kubernetes.io/openstack-internal-load-balancer";
+
+/// How long to wait for Octavia to finish one change.
+pub const PROVISIONING_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Octavia and neutron names are at most 255 characters.
+pub(super) fn cut(s: String) -> String {
+    if s.len() <= 255 {
+        return s;
+    }
+    let mut end = 255;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+/// The load balancer's name: `kube_service_<cluster>_<namespace>_<name>`.
+pub fn load_balancer_name(cluster: &str, service: &KubeService) -> String {
+    cut(format!(
+        "kube_service_{cluster}_{}_{}",
+        service.metadata.namespace.as_deref().unwrap_or("default"),
+        service.metadata.name.as_deref().unwrap_or_default()
+    ))
+}
+
+/// What a Service asks for, from its annotations and `[LoadBalancer]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceOptions {
+    /// VIP and member subnet.
+    pub subnet_id: String,
+    /// VIP network.
+    pub network_id: String,
+    /// VIP port.
+    pub port_id: String,
+    /// Floating IP network (empty: none).
+    pub floating_network_id: String,
+    /// Floating IP subnet (empty: neutron chooses).
+    pub floating_subnet_id: String,
+    /// No floating IP.
+    pub internal: bool,
+    /// Pool algorithm.
+    pub lb_method: String,
+    /// Health monitors on.
+    pub health_monitor: bool,
+    /// Keep the floating IP when the Service goes.
+    pub keep_floating_ip: bool,
+    /// Octavia flavor.
+    pub flavor_id: String,
+    /// Octavia availability zone.
+    pub availability_zone: String,
+}
+
+/// One Service port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortSpec {
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    /// The Service port.
+    pub port: i32,
+    /// The NodePort.
+    pub node_port: i32,
+}
+
+pub(super) fn annotation<'a>(service: &'a KubeService, key: &str) -> Option<&'a str> {
+    service
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+pub(super) fn annotation_bool(service: &KubeService, key: &str, default: bool) -> CloudResult<bool> {
+    match annotation(service, key) {
+        None => Ok(default),
+        Some(v) => k8s_cloud_provider::service::helpers::parse_go_bool(v)
+            .ok_or_else(|| CloudError::msg(format!("annotation {key}: {v:?} is not a boolean (true/false)"))),
+    }
+}
+
+impl ServiceOptions {
+    /// Reads the annotations over the configured defaults.
+    pub fn from_service(cloud: &OpenStackCloud, service: &KubeService) -> CloudResult<Self> {
+        let c = &cloud.config.load_balancer;
+        let text = |key: &str, default: &str| annotation(service, key).unwrap_or(default).trim().to_string();
+        let lb_method = match annotation(service, ANNOTATION_LB_METHOD) {
+            Some(v) => check_lb_method(v)
+                .map_err(|m| CloudError::msg(format!("annotation {ANNOTATION_LB_METHOD}: {m}")))?,
+            None => c.lb_method.clone(),
+        };
+        let o = Self {
+            subnet_id: text(ANNOTATION_SUBNET_ID, &c.subnet_id),
+            network_id: text(ANNOTATION_NETWORK_ID, &c.network_id),
+            port_id: text(ANNOTATION_PORT_ID, ""),
+            floating_network_id: text(ANNOTATION_FLOATING_NETWORK_ID, &c.floating_network_id),
+            floating_subnet_id: text(ANNOTATION_FLOATING_SUBNET_ID, &c.floating_subnet_id),
+            internal: annotation_bool(service, ANNOTATION_INTERNAL, c.internal_lb)?,
+            lb_method,
+            health_monitor: annotation_bool(service, ANNOTATION_HEALTH_MONITOR, c.monitor.create)?,
+            keep_floating_ip: annotation_bool(service, ANNOTATION_KEEP_FLOATING_IP, false)?,
+            flavor_id: text(ANNOTATION_FLAVOR_ID, &c.flavor_id),
+            availability_zone: text(ANNOTATION_AVAILABILITY_ZONE, &c.availability_zone),
+        };
+        if o.subnet_id.is_empty() && o.network_id.is_empty() && o.port_id.is_empty() {
+            return Err(CloudError::msg(format!(
+                "no VIP subnet: set [LoadBalancer] subnet-id (or network-id) or the {ANNOTATION_SUBNET_ID} annotation"
+            )));
+        }
+        if o.subnet_id.is_empty() {
+            return Err(CloudError::msg(format!(
+                "no member subnet: set [LoadBalancer] subnet-id or the {ANNOTATION_SUBNET_ID} annotation"
+            )));
+        }
+        Ok(o)
+    }
+}
+
+/// The Service's ports; an unsupported protocol or a port without NodePort is an error.
+pub fn service_ports(service: &KubeService) -> CloudResult<Vec<PortSpec>> {
+    let ports = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .cloned()
+        .unwrap_or_default();
+    if ports.is_empty() {
+        return Err(CloudError::msg("the Service has no ports"));
+    }
+    ports
+        .iter()
+        .map(|p| {
+            let protocol = p.protocol.clone().unwrap_or_else(|| "TCP".into());
+            if !matches!(protocol.as_str(), "TCP" | "UDP" | "SCTP") {
+                return Err(CloudError::msg(format!(
+                    "spec.ports[{}].protocol {protocol:?} is not supported (TCP, UDP, SCTP)",
+                    p.name.as_deref().unwrap_or_default()
+                )));
+            }
+            let node_port = p
+                .node_port
+                .filter(|n| *n > 0)
+                .ok_or_else(|| CloudError::msg(format!("spec.ports port {} has no nodePort yet", p.port)))?;
+            Ok(PortSpec {
+                protocol,
+                port: p.port,
+                node_port,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::{
+        api::core::v1::{ServicePort, ServiceSpec},
+        apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    };
+
+    fn svc(ports: Vec<ServicePort>) -> KubeService {
+        KubeService {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("shop".into()),
+                ..Default::default()
+            },
+            spec: Some(ServiceSpec {
+                ports: Some(ports),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn names_and_ports() {
+        let s = svc(vec![ServicePort {
+            port: 80,
+            node_port: Some(30080),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]);
+        assert_eq!(
+            load_balancer_name("kubernetes", &s),
+            "kube_service_kubernetes_shop_web"
+        );
+        assert_eq!(
+            service_ports(&s).unwrap(),
+            [PortSpec {
+                protocol: "TCP".into(),
+                port: 80,
+                node_port: 30080
+            }]
+        );
+        assert_eq!(cut("x".repeat(300)).len(), 255);
+        let bad = svc(vec![ServicePort {
+            port: 80,
+            node_port: Some(30080),
+            protocol: Some("HTTP".into()),
+            ..Default::default()
+        }]);
+        assert!(service_ports(&bad).unwrap_err().to_string().contains("HTTP"));
+        assert!(service_ports(&svc(vec![])).is_err());
+    }
+}

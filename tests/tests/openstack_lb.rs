@@ -1,0 +1,288 @@
+//! Octavia load balancers of `cloud-controller-manager-openstack` in the states and with the
+//! floating IPs of a real cloud (`hack/openstack.sh`): a load balancer in `ERROR` (forced in
+//! Octavia's database: the no-op drivers never fail), a user's own floating IP chosen through
+//! `spec.loadBalancerIP`, and a floating IP made with the address the Service asks for.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::{
+    Api,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use rcp_e2e::{
+    TestCluster,
+    ccm::CcmProcess,
+    k8s::{
+        events_for, ingress_ip, initialised, load_balancer_service, tainted_node, wait_for, wait_for_event,
+    },
+    openstack::{NEUTRON, Network, OCTAVIA, OpenStack, Project, start_ccm},
+};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(90);
+
+/// One project with a private network (a server `node-0` on it, its Node initialised), an
+/// external network behind a router, and the CCM configured with both.
+struct Env {
+    os: OpenStack,
+    _cluster: TestCluster,
+    project: Project,
+    public: Network,
+    private: Network,
+    client: kube::Client,
+    services: Api<Service>,
+    ccm: CcmProcess,
+}
+
+async fn env(test: &str) -> Result<Env> {
+    let os = OpenStack::shared().await?;
+    let cluster = TestCluster::start().await?;
+    let project = os.project(test).await?;
+    let private = project.network("private", "10.2.0.0/24").await?;
+    let public = project.external_network("public", "172.24.4.0/24").await?;
+    project.router("edge", &public, &private).await?;
+    project.server("node-0", &private).await?;
+    let config = format!(
+        "{}[LoadBalancer]\nsubnet-id = {}\nfloating-network-id = {}\n",
+        project.global_section(),
+        private.subnet_id,
+        public.id
+    );
+    let ccm = start_ccm(&cluster, &config, &format!("ccm-{test}"), &[])?;
+    let client = cluster.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &tainted_node("node-0"))
+        .await?;
+    wait_for("node-0 initialised", T, || initialised(&nodes, "node-0")).await?;
+    Ok(Env {
+        os,
+        _cluster: cluster,
+        project,
+        public,
+        private,
+        services: Api::namespaced(client.clone(), "default"),
+        client,
+        ccm,
+    })
+}
+
+impl Env {
+    /// Creates the Service `name` (port 80), with `spec.loadBalancerIP` when given.
+    async fn service(&self, name: &str, load_balancer_ip: Option<&str>) -> Result<()> {
+        let mut svc = load_balancer_service(name, &[], &[(80, "http")]);
+        if let Some(ip) = load_balancer_ip {
+            svc.spec.as_mut().context("spec")?.load_balancer_ip = Some(ip.to_string());
+        }
+        self.services.create(&PostParams::default(), &svc).await?;
+        Ok(())
+    }
+
+    /// Waits for the Service's address in its status.
+    async fn ingress(&self, name: &str) -> Result<String> {
+        wait_for(&format!("{name}'s ingress"), T, || async {
+            ingress_ip(&self.services.get(name).await.ok()?)
+        })
+        .await
+        .inspect_err(|_| eprintln!("{}", self.ccm.log()))
+    }
+
+    /// The Service's Octavia load balancer (exactly one).
+    async fn load_balancer(&self, name: &str) -> Result<serde_json::Value> {
+        let lbs = self
+            .project
+            .load_balancers(&format!("kube_service_kubernetes_default_{name}"))
+            .await?;
+        anyhow::ensure!(lbs.len() == 1, "{name}: {lbs:?}");
+        Ok(lbs[0].clone())
+    }
+
+    /// Deletes the Service and waits until it is gone (finalizer removed) and Octavia has no
+    /// load balancer of it.
+    async fn delete_service(&self, name: &str) -> Result<()> {
+        self.services.delete(name, &DeleteParams::default()).await?;
+        let lb_name = format!("kube_service_kubernetes_default_{name}");
+        wait_for(&format!("{name} and its load balancer gone"), T, || async {
+            let svc = self.services.get_opt(name).await.ok()?;
+            let lbs = self.project.load_balancers(&lb_name).await.ok()?;
+            (svc.is_none() && lbs.is_empty()).then_some(())
+        })
+        .await
+        .inspect_err(|_| eprintln!("{}", self.ccm.log()))
+    }
+
+    /// The floating IP `id` as neutron has it.
+    async fn floating_ip(&self, id: &str) -> Result<serde_json::Value> {
+        Ok(self
+            .project
+            .session
+            .get(&format!("{NEUTRON}/floatingips/{id}"))
+            .await?["floatingip"]
+            .clone())
+    }
+}
+
+/// A user's own floating IP named in `spec.loadBalancerIP` is attached to the load balancer's
+/// VIP port and is the Service's address; a second Service asking for it while it is attached
+/// gets a Warning that says so; deleting the Service deletes the load balancer but never the
+/// user's floating IP. An address the project does not hold yet is made for the Service — and,
+/// being made for it, goes with it.
+#[tokio::test]
+async fn a_users_own_floating_ip_in_load_balancer_ip_is_used_and_survives_the_service() -> Result<()> {
+    let env = env("lb-own-fip").await?;
+    let mine = env
+        .project
+        .session
+        .post(
+            &format!("{NEUTRON}/floatingips"),
+            json!({"floatingip": {"floating_network_id": env.public.id, "description": "the user's own"}}),
+        )
+        .await?;
+    let (fip_id, address) = (
+        mine["floatingip"]["id"].as_str().context("id")?.to_string(),
+        mine["floatingip"]["floating_ip_address"]
+            .as_str()
+            .context("address")?
+            .to_string(),
+    );
+    env.service("own", Some(&address)).await?;
+    assert_eq!(env.ingress("own").await?, address, "the requested address");
+    let lb = env.load_balancer("own").await?;
+    assert_eq!(env.floating_ip(&fip_id).await?["port_id"], lb["vip_port_id"]);
+
+    // Asked for by a second Service while attached: a Warning saying so, no address.
+    env.service("thief", Some(&address)).await?;
+    wait_for_event(&env.client, "default", "thief", T, |_, message| {
+        message.contains(&format!("spec.loadBalancerIP {address}")) && message.contains("not free")
+    })
+    .await?;
+    assert_eq!(ingress_ip(&env.services.get("thief").await?), None);
+    env.delete_service("thief").await?;
+
+    env.delete_service("own").await?;
+    let left = env.floating_ip(&fip_id).await?;
+    assert_eq!(
+        left["floating_ip_address"],
+        address.as_str(),
+        "the user's floating IP is kept"
+    );
+    assert!(left["port_id"].is_null(), "and free again: {left}");
+
+    // An address the project does not hold: made with that address for the Service, and
+    // deleted with it.
+    let wanted = "172.24.4.200";
+    env.service("made", Some(wanted)).await?;
+    assert_eq!(env.ingress("made").await?, wanted);
+    let made: Vec<_> = env
+        .project
+        .floating_ips()
+        .await?
+        .into_iter()
+        .filter(|f| f["floating_ip_address"] == wanted)
+        .collect();
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(
+        made[0]["description"],
+        "Floating IP for Kubernetes external service default/made from cluster kubernetes"
+    );
+    env.delete_service("made").await?;
+    let after: Vec<_> = env
+        .project
+        .floating_ips()
+        .await?
+        .into_iter()
+        .map(|f| f["floating_ip_address"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(after, [address], "only the user's floating IP is left");
+    assert!(!env.ccm.log().contains(&env.project.password));
+    Ok(())
+}
+
+/// A load balancer that served and went into `ERROR` is left as it is (it may still serve) with
+/// a Warning saying so; deleting the Service deletes it (Octavia deletes a load balancer in
+/// `ERROR`) and the floating IP made for it, and the finalizer goes.
+#[tokio::test]
+async fn a_load_balancer_in_error_is_left_while_its_service_lives_and_deleted_with_it() -> Result<()> {
+    let env = env("lb-error").await?;
+    env.service("broken", None).await?;
+    let address = env.ingress("broken").await?;
+    let lb = env.load_balancer("broken").await?;
+    let lb_id = lb["id"].as_str().context("id")?.to_string();
+    env.os
+        .octavia_sql(&format!(
+            "UPDATE load_balancer SET provisioning_status = 'ERROR' WHERE id = '{lb_id}'"
+        ))
+        .await?;
+    assert_eq!(env.load_balancer("broken").await?["provisioning_status"], "ERROR");
+
+    // A change makes the controller sync the Service: the load balancer is left alone.
+    env.services
+        .patch(
+            "broken",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"loadbalancer.openstack.org/lb-method": "LEAST_CONNECTIONS"}}})),
+        )
+        .await?;
+    wait_for_event(&env.client, "default", "broken", T, |_, message| {
+        message.contains("is in ERROR in Octavia: left as it is")
+    })
+    .await
+    .inspect_err(|_| eprintln!("{}", env.ccm.log()))?;
+    let still = env.load_balancer("broken").await?;
+    assert_eq!(still["id"], lb_id.as_str(), "not deleted on doubt");
+    assert_eq!(ingress_ip(&env.services.get("broken").await?), Some(address));
+
+    env.delete_service("broken").await?;
+    assert!(
+        env.project.floating_ips().await?.is_empty(),
+        "the floating IP made for the Service went with it"
+    );
+    Ok(())
+}
+
+/// A load balancer of the Service's name found in `ERROR` before the Service ever had an
+/// address (its creating sync was cut short) is deleted and made again, as OCCM does with one
+/// that goes into `ERROR` when it is made; the Service gets an address and a Warning said why.
+#[tokio::test]
+async fn a_load_balancer_in_error_that_never_served_is_deleted_and_made_again() -> Result<()> {
+    let env = env("lb-remake").await?;
+    let first = env
+        .project
+        .session
+        .post(
+            &format!("{OCTAVIA}/lbaas/loadbalancers"),
+            json!({"loadbalancer": {"name": "kube_service_kubernetes_default_fresh", "vip_subnet_id": env.private.subnet_id}}),
+        )
+        .await?;
+    let first_id = first["loadbalancer"]["id"].as_str().context("id")?.to_string();
+    wait_for("the first load balancer settled", T, || async {
+        let lbs = env
+            .project
+            .load_balancers("kube_service_kubernetes_default_fresh")
+            .await
+            .ok()?;
+        (lbs.first()?["provisioning_status"] == "ACTIVE").then_some(())
+    })
+    .await?;
+    env.os
+        .octavia_sql(&format!(
+            "UPDATE load_balancer SET provisioning_status = 'ERROR' WHERE id = '{first_id}'"
+        ))
+        .await?;
+    env.service("fresh", None).await?;
+    env.ingress("fresh").await?;
+    let lb = env.load_balancer("fresh").await?;
+    assert_ne!(lb["id"], first_id.as_str(), "a new load balancer");
+    assert_eq!(lb["provisioning_status"], "ACTIVE");
+    let events = events_for(&env.client, "default", "fresh").await?;
+    assert!(
+        events
+            .iter()
+            .any(|(_, message, _)| message.contains("went into ERROR in Octavia when it was made")),
+        "{events:?}"
+    );
+    env.delete_service("fresh").await?;
+    Ok(())
+}
