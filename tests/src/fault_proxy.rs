@@ -305,6 +305,8 @@ struct State {
     rules: Vec<Rule>,
     random: Option<RandomFaults>,
     counts: BTreeMap<String, usize>,
+    /// Requests seen by `METHOD path` (the query left out).
+    by_method: BTreeMap<String, usize>,
     faulted: usize,
     faulted_by_kind: BTreeMap<String, usize>,
 }
@@ -434,6 +436,12 @@ impl FaultProxy {
         self.state.lock().expect("proxy state").counts.clone()
     }
 
+    /// Requests seen, by `METHOD path` (without the query): e.g. the writes a shadow-mode run
+    /// sent (none).
+    pub fn counts_by_method(&self) -> BTreeMap<String, usize> {
+        self.state.lock().expect("proxy state").by_method.clone()
+    }
+
     /// Requests answered by a rule or a random fault so far.
     pub fn faulted(&self) -> usize {
         self.state.lock().expect("proxy state").faulted
@@ -458,6 +466,7 @@ impl FaultProxy {
     pub fn reset_counts(&self) {
         let mut s = self.state.lock().expect("proxy state");
         s.counts.clear();
+        s.by_method.clear();
         s.faulted = 0;
         s.faulted_by_kind.clear();
     }
@@ -491,6 +500,8 @@ async fn handle(
     let action = {
         let mut s = state.lock().expect("proxy state");
         *s.counts.entry(request_kind(&path, &text)).or_default() += 1;
+        let bare = path.split_once('?').map_or(path.as_str(), |(p, _)| p);
+        *s.by_method.entry(format!("{} {bare}", parts.method)).or_default() += 1;
         let haystack = format!("{path}\n{text}");
         let mut found = s
             .rules

@@ -37,6 +37,12 @@ struct Env {
 }
 
 async fn env(test: &str) -> Result<Env> {
+    env_with(test, &[]).await
+}
+
+/// Like [`env`], with these extra CCM flags; with `--dry-run` the Node is not waited for (it
+/// stays tainted).
+async fn env_with(test: &str, extra: &[&str]) -> Result<Env> {
     let os = OpenStack::shared().await?;
     let cluster = TestCluster::start().await?;
     let project = os.project(test).await?;
@@ -50,13 +56,15 @@ async fn env(test: &str) -> Result<Env> {
         private.subnet_id,
         public.id
     );
-    let ccm = start_ccm(&cluster, &config, &format!("ccm-{test}"), &[])?;
+    let ccm = start_ccm(&cluster, &config, &format!("ccm-{test}"), extra)?;
     let client = cluster.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
     nodes
         .create(&PostParams::default(), &tainted_node("node-0"))
         .await?;
-    wait_for("node-0 initialised", T, || initialised(&nodes, "node-0")).await?;
+    if !extra.contains(&"--dry-run") {
+        wait_for("node-0 initialised", T, || initialised(&nodes, "node-0")).await?;
+    }
     Ok(Env {
         os,
         _cluster: cluster,
@@ -284,5 +292,53 @@ async fn a_load_balancer_in_error_that_never_served_is_deleted_and_made_again() 
         "{events:?}"
     );
     env.delete_service("fresh").await?;
+    Ok(())
+}
+
+/// Shadow mode (`--dry-run`) writes nothing in OpenStack: the controllers announce the load
+/// balancer they would make, and nova, neutron and octavia (each behind the project's proxy)
+/// see reads only; no load balancer exists and the Node stays tainted. (The OpenStack client
+/// also refuses every write itself under `--dry-run`: a unit test of `client.rs`.)
+#[tokio::test]
+async fn shadow_mode_sends_no_write_to_openstack() -> Result<()> {
+    let env = env_with("lb-shadow", &["--dry-run"]).await?;
+    env.service("shadow", None).await?;
+    wait_for("the shadow run to announce the load balancer", T, || {
+        let log = env.ccm.log();
+        let announced = log.lines().any(|l| {
+            l.contains("would write") && l.contains("EnsureLoadBalancer") && l.contains("default/shadow")
+        });
+        async move { announced.then_some(()) }
+    })
+    .await
+    .inspect_err(|_| eprintln!("{}", env.ccm.log()))?;
+    // The node controller's pass and a lifecycle pass happen meanwhile.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let mut seen = std::collections::BTreeMap::new();
+    for proxy in [
+        &env.project.nova_proxy,
+        &env.project.neutron_proxy,
+        &env.project.octavia_proxy,
+    ] {
+        seen.extend(proxy.counts_by_method());
+    }
+    println!("OpenStack requests of the shadow run: {seen:?}");
+    assert!(
+        seen.keys().any(|k| k.starts_with("GET ")),
+        "the shadow run read the cloud: {seen:?}"
+    );
+    let writes: Vec<&String> = seen.keys().filter(|k| !k.starts_with("GET ")).collect();
+    assert!(writes.is_empty(), "writes sent in shadow mode: {writes:?}");
+    assert!(
+        env.project
+            .load_balancers("kube_service_kubernetes_default_shadow")
+            .await?
+            .is_empty()
+    );
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    assert!(
+        initialised(&nodes, "node-0").await.is_none(),
+        "node-0 is still tainted"
+    );
     Ok(())
 }

@@ -94,6 +94,9 @@ pub enum ClientError {
     /// A TLS or client setting.
     #[error("{0}")]
     Setup(String),
+    /// A write not sent: the controller manager runs with `--dry-run` (shadow mode).
+    #[error("dry run: {0} was not sent (the controller manager runs with --dry-run)")]
+    DryRun(String),
 }
 
 /// How many times [`OpenStackClient::request`] sends a request at most.
@@ -216,6 +219,9 @@ pub struct OpenStackClient {
     token: tokio::sync::Mutex<Option<Token>>,
     auth_count: std::sync::atomic::AtomicU64,
     request_count: std::sync::atomic::AtomicU64,
+    /// Set once in shadow mode: from then on every request but a read is refused before it is
+    /// sent (see [`OpenStackClient::request`]).
+    dry_run: std::sync::OnceLock<k8s_controller_manager::writes::DryRun>,
 }
 
 impl std::fmt::Debug for OpenStackClient {
@@ -267,7 +273,16 @@ impl OpenStackClient {
             token: tokio::sync::Mutex::new(None),
             auth_count: 0.into(),
             request_count: 0.into(),
+            dry_run: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Shadow mode (`--dry-run`): from now on every request but a `GET`/`HEAD` (keystone's
+    /// token request excepted: it reads) is recorded as a write not made (one `dry run: would
+    /// write` line with controller `openstack`, one count) and refused before it is sent, so
+    /// nothing in the cloud changes whatever calls the client — as the AWS SDK's write guard.
+    pub fn set_dry_run(&self, dry_run: k8s_controller_manager::writes::DryRun) {
+        let _ = self.dry_run.set(dry_run);
     }
 
     /// Keystone authentications so far (a metric: tokens are reused).
@@ -372,10 +387,18 @@ impl OpenStackClient {
         })
     }
 
-    /// The current token and the service's endpoint, authenticating when needed.
-    async fn session(&self, service: Service, fresh: bool) -> Result<(String, String), ClientError> {
+    /// The current token and the service's endpoint, authenticating when needed: when there is
+    /// none, it expired, or it is the token `refused` (a 401). Requests refused at once
+    /// authenticate once between them: the first takes the lock and a new token; the others
+    /// then find a token other than the one refused to them and use it.
+    async fn session(
+        &self,
+        service: Service,
+        refused: Option<&str>,
+    ) -> Result<(String, String), ClientError> {
         let mut guard = self.token.lock().await;
-        if fresh || guard.as_ref().is_none_or(|t| Instant::now() >= t.expires) {
+        let stale = |t: &Token| Instant::now() >= t.expires || refused == Some(t.value.as_str());
+        if guard.as_ref().is_none_or(stale) {
             *guard = Some(self.authenticate().await?);
         }
         let Some(t) = guard.as_ref() else {
@@ -406,7 +429,7 @@ impl OpenStackClient {
 
     /// Checks the credentials and the catalog (used at start-up).
     pub async fn check(&self) -> Result<(), ClientError> {
-        self.session(Service::Compute, false).await.map(|_| ())
+        self.session(Service::Compute, None).await.map(|_| ())
     }
 
     /// One JSON request; `path` is relative to the service's endpoint (octavia and neutron
@@ -425,6 +448,14 @@ impl OpenStackClient {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, ClientError> {
+        if let Some(dry_run) = self.dry_run.get()
+            && !matches!(method, Method::GET | Method::HEAD)
+        {
+            let action = format!("{}:{method} {}", service.catalog_type(), path_without_query(path));
+            let object = body.map(summary).unwrap_or_default();
+            dry_run.record("openstack", &action, &object);
+            return Err(ClientError::DryRun(action));
+        }
         let mut attempt = 1;
         loop {
             match self.request_once(service, method.clone(), path, body).await {
@@ -445,9 +476,9 @@ impl OpenStackClient {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, ClientError> {
-        let mut fresh = false;
+        let mut refused: Option<String> = None;
         loop {
-            let (token, base) = self.session(service, fresh).await?;
+            let (token, base) = self.session(service, refused.as_deref()).await?;
             let base = match service {
                 // The catalog's network endpoint usually has no version.
                 Service::Network if !base.ends_with("/v2.0") && !path.starts_with("/v2.0") => {
@@ -459,7 +490,7 @@ impl OpenStackClient {
             let mut req = self
                 .http
                 .request(method.clone(), &url)
-                .header("X-Auth-Token", token)
+                .header("X-Auth-Token", &token)
                 .header("Accept", "application/json");
             if service == Service::Compute {
                 req = req.header("X-OpenStack-Nova-API-Version", NOVA_MICROVERSION);
@@ -475,9 +506,9 @@ impl OpenStackClient {
                 source: e.without_url(),
             })?;
             let status = resp.status();
-            if status == StatusCode::UNAUTHORIZED && !fresh {
+            if status == StatusCode::UNAUTHORIZED && refused.is_none() {
                 tracing::debug!(%url, "token refused; authenticating again");
-                fresh = true;
+                refused = Some(token);
                 continue;
             }
             let bytes = resp.bytes().await.map_err(|e| ClientError::Transport {
@@ -548,6 +579,23 @@ impl OpenStackClient {
         let v = self.get(service, path).await?;
         decode(&v, key, path)
     }
+}
+
+/// `path` without its query (for a dry-run record: IDs in the path name the object).
+fn path_without_query(path: &str) -> &str {
+    path.split_once('?').map_or(path, |(p, _)| p)
+}
+
+/// A short form of a request body for a dry-run record (at most 400 characters; request
+/// bodies of this client carry no secret: keystone's token request is never refused).
+fn summary(body: &Value) -> String {
+    let mut s = body.to_string();
+    if s.len() > 400 {
+        let cut = (0..=400).rev().find(|i| s.is_char_boundary(*i)).unwrap_or(0);
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
 }
 
 /// Decodes `value[key]`.
@@ -647,6 +695,41 @@ mod tests {
         );
         assert!(!http(504).may_be_sent_again(&Method::POST));
         assert!(!ClientError::Setup("x".into()).may_be_sent_again(&Method::GET));
+    }
+
+    /// Under `--dry-run` a write is refused before anything is sent (no keystone either: the
+    /// auth URL here answers nothing), recorded once; a read still goes out (and fails here
+    /// reaching keystone, which proves it was not refused).
+    #[tokio::test]
+    async fn dry_run_refuses_every_write_before_sending_it() {
+        let mut global = Global::default();
+        global.auth.auth_url = "http://127.0.0.1:9/v3".into();
+        let client = OpenStackClient::new(&global, Duration::from_secs(2)).unwrap();
+        let dry_run = k8s_controller_manager::writes::DryRun::new();
+        client.set_dry_run(dry_run.clone());
+        let body = json!({"floatingip": {"floating_network_id": "n"}});
+        for r in [
+            client
+                .post(Service::Network, "/floatingips", &body)
+                .await
+                .map(|_| ()),
+            client
+                .put(Service::LoadBalancer, "/v2/lbaas/listeners/l1", &body)
+                .await
+                .map(|_| ()),
+            client
+                .delete(Service::LoadBalancer, "/v2/lbaas/loadbalancers/lb1?cascade=true")
+                .await,
+        ] {
+            assert!(matches!(r, Err(ClientError::DryRun(_))), "{r:?}");
+        }
+        let refused = |action: &str| dry_run.actions.with_label_values(&["openstack", action]).get();
+        assert_eq!(refused("network:POST /floatingips"), 1);
+        assert_eq!(refused("load-balancer:PUT /v2/lbaas/listeners/l1"), 1);
+        assert_eq!(refused("load-balancer:DELETE /v2/lbaas/loadbalancers/lb1"), 1);
+        assert_eq!(client.request_count(), 0, "nothing was sent");
+        let read = client.get(Service::Compute, "/servers").await;
+        assert!(matches!(read, Err(ClientError::Auth { .. })), "{read:?}");
     }
 
     #[test]

@@ -275,7 +275,11 @@ impl CloudProvider for OpenStackCloud {
         PROVIDER_NAME
     }
 
-    async fn initialize(&self, _ctx: InitContext) -> CloudResult<()> {
+    async fn initialize(&self, ctx: InitContext) -> CloudResult<()> {
+        if let Some(dry_run) = ctx.dry_run {
+            // Shadow mode: from now on no OpenStack write is sent (see `set_dry_run`).
+            self.client.set_dry_run(dry_run);
+        }
         // Fail fast on bad credentials or a catalog without nova, as upstream does at start.
         self.client
             .check()
