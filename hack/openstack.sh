@@ -174,6 +174,9 @@ heal_instance_info_cache_interval = -1
 state_path = $RUN/nova
 [api]
 auth_strategy = keystone
+# Small pages, so that every list the provider reads is paginated in the tests (nova's default
+# is 1000; a list cut at a page made the route controller take live next hops for blackholes).
+max_limit = 3
 [wsgi]
 api_paste_config = /etc/nova/api-paste.ini
 [conductor]
@@ -212,6 +215,9 @@ auth_strategy = keystone
 transport_url = $RABBIT
 api_paste_config = /etc/neutron/api-paste.ini
 allow_overlapping_ips = true
+# Small pages (see nova's max_limit above).
+allow_pagination = true
+pagination_max_limit = 3
 notify_nova_on_port_status_changes = false
 notify_nova_on_port_data_changes = false
 state_path = $RUN/neutron
@@ -248,6 +254,8 @@ bind_port = 19876
 auth_strategy = keystone
 enabled_provider_drivers = amphora:The Octavia Amphora driver (no-op amphora here)
 default_provider_driver = amphora
+# Small pages (see nova's max_limit above).
+pagination_max_limit = 3
 [database]
 connection = $DB/octavia
 [controller_worker]

@@ -228,7 +228,7 @@ impl OpenStackCloud {
         let path = format!("/servers/detail?name={}", query_escape(&pattern));
         let servers: Vec<Server> = self
             .client
-            .get_as(Service::Compute, &path, "servers")
+            .list(Service::Compute, &path, "servers")
             .await
             .map_err(|e| cloud_error(format!("listing servers named {name:?}"), e))?;
         let mut exact: Vec<Server> = servers.into_iter().filter(|s| s.name == name).collect();

@@ -65,7 +65,7 @@ impl OpenStackCloud {
 
     async fn all_servers(&self) -> CloudResult<Vec<Server>> {
         self.client
-            .get_as(Service::Compute, "/servers/detail", "servers")
+            .list(Service::Compute, "/servers/detail", "servers")
             .await
             .map_err(|e| cloud_error("listing servers", e))
     }
@@ -105,7 +105,7 @@ impl OpenStackCloud {
         let path = format!("/ports?device_id={}", query_escape(&server.id));
         let ports: Vec<Port> = self
             .client
-            .get_as(Service::Network, &path, "ports")
+            .list(Service::Network, &path, "ports")
             .await
             .map_err(|e| cloud_error(format!("listing ports of server {}", server.id), e))?;
         Ok(ports

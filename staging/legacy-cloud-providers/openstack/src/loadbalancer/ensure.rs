@@ -133,7 +133,7 @@ impl OpenStackCloud {
 
         let listeners: Vec<Listener> = self
             .client
-            .get_as(
+            .list(
                 Service::LoadBalancer,
                 &format!("{LBAAS}/listeners?loadbalancer_id={}", lb.id),
                 "listeners",
@@ -219,7 +219,7 @@ impl OpenStackCloud {
             // Members: one batch update when the set differs.
             let current: Vec<Member> = self
                 .client
-                .get_as(
+                .list(
                     Service::LoadBalancer,
                     &format!("{LBAAS}/pools/{}/members", pool.id),
                     "members",

@@ -59,7 +59,7 @@ impl OpenStackCloud {
         let path = format!("/floatingips?port_id={}", query_escape(port_id));
         let mut fips: Vec<FloatingIp> = self
             .client
-            .get_as(Service::Network, &path, "floatingips")
+            .list(Service::Network, &path, "floatingips")
             .await
             .map_err(|e| cloud_error(format!("listing floating IPs of port {port_id}"), e))?;
         Ok(fips.pop())
@@ -70,7 +70,7 @@ impl OpenStackCloud {
         let path = format!("/floatingips?floating_ip_address={}", query_escape(address));
         let mut fips: Vec<FloatingIp> = self
             .client
-            .get_as(Service::Network, &path, "floatingips")
+            .list(Service::Network, &path, "floatingips")
             .await
             .map_err(|e| cloud_error(format!("looking up floating IP {address}"), e))?;
         fips.retain(|f| f.floating_ip_address == address);

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::options::PROVISIONING_TIMEOUT;
 use crate::{
     OpenStackCloud,
-    client::{Service, decode, query_escape},
+    client::{Service, query_escape},
     cloud_error,
 };
 
@@ -81,13 +81,11 @@ impl OpenStackCloud {
     /// The load balancer named exactly `name` (not `DELETED`); two of that name are an error.
     pub(super) async fn find_load_balancer(&self, name: &str) -> CloudResult<Option<OctaviaLoadBalancer>> {
         let path = format!("{LBAAS}/loadbalancers?name={}", query_escape(name));
-        let v = self
+        let mut lbs: Vec<OctaviaLoadBalancer> = self
             .client
-            .get(Service::LoadBalancer, &path)
+            .list(Service::LoadBalancer, &path, "loadbalancers")
             .await
             .map_err(|e| cloud_error(format!("listing load balancers named {name}"), e))?;
-        let mut lbs: Vec<OctaviaLoadBalancer> =
-            decode(&v, "loadbalancers", &path).map_err(|e| cloud_error("listing load balancers", e))?;
         lbs.retain(|lb| lb.name == name && lb.provisioning_status != "DELETED");
         match lbs.len() {
             0 => Ok(None),
@@ -161,7 +159,7 @@ impl OpenStackCloud {
         if !cascade {
             let listeners: Vec<Listener> = self
                 .client
-                .get_as(
+                .list(
                     Service::LoadBalancer,
                     &format!("{LBAAS}/listeners?loadbalancer_id={}", query_escape(&lb.id)),
                     "listeners",
@@ -179,7 +177,7 @@ impl OpenStackCloud {
             // Pools without a listener (a create that failed half-way).
             let pools: Vec<Pool> = self
                 .client
-                .get_as(
+                .list(
                     Service::LoadBalancer,
                     &format!("{LBAAS}/pools?loadbalancer_id={}", query_escape(&lb.id)),
                     "pools",
