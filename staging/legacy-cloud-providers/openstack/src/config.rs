@@ -108,6 +108,8 @@ pub struct LoadBalancerOptions {
     pub floating_network_id: String,
     /// `floating-subnet-id`.
     pub floating_subnet_id: String,
+    /// `member-subnet-id`: the members' subnet (default: the VIP subnet).
+    pub member_subnet_id: String,
     /// `lb-method` (ROUND_ROBIN).
     pub lb_method: String,
     /// `lb-provider`.
@@ -132,6 +134,7 @@ impl Default for LoadBalancerOptions {
             network_id: String::new(),
             floating_network_id: String::new(),
             floating_subnet_id: String::new(),
+            member_subnet_id: String::new(),
             lb_method: "ROUND_ROBIN".into(),
             lb_provider: String::new(),
             internal_lb: false,
@@ -308,6 +311,7 @@ impl OpenStackConfig {
                     ("loadbalancer", "network-id") => lb.network_id = text(s, e)?,
                     ("loadbalancer", "floating-network-id") => lb.floating_network_id = text(s, e)?,
                     ("loadbalancer", "floating-subnet-id") => lb.floating_subnet_id = text(s, e)?,
+                    ("loadbalancer", "member-subnet-id") => lb.member_subnet_id = text(s, e)?,
                     ("loadbalancer", "lb-method") => lb.lb_method = lb_method(s, e)?,
                     ("loadbalancer", "lb-provider") => lb.lb_provider = text(s, e)?,
                     ("loadbalancer", "internal-lb") => lb.internal_lb = boolean(s, e)?,

@@ -38,26 +38,42 @@ impl OpenStackCloud {
         } else {
             ranges.iter().map(ToString::to_string).collect()
         };
-        // Members: the backends' first InternalIP (nodes without one are left out, with a log).
+        // Members: each backend's first InternalIP of the Service's primary family (a Node
+        // without one is left out, with a log). No backend at all is an error, as in OCCM: the
+        // members there are never wiped for it.
+        let ipv6 = service_wants_ipv6(service);
+        let backends = load_balancer_backends(nodes);
+        if backends.is_empty() {
+            return Err(CloudError::msg(format!(
+                "there are no available nodes for LoadBalancer service {}/{}: the load balancer's members are left as they are",
+                service.metadata.namespace.as_deref().unwrap_or("default"),
+                service.metadata.name.as_deref().unwrap_or_default()
+            )));
+        }
         let mut members: BTreeMap<String, String> = BTreeMap::new();
         let mut skipped = Vec::new();
-        for n in load_balancer_backends(nodes) {
+        for n in backends {
             let node = n.metadata.name.clone().unwrap_or_default();
-            let ip = n
-                .status
-                .as_ref()
-                .and_then(|s| s.addresses.as_ref())
-                .and_then(|a| a.iter().find(|a| a.type_ == "InternalIP"))
-                .map(|a| a.address.clone());
-            match ip {
+            match member_address(&n, ipv6) {
                 Some(ip) => {
                     members.insert(node, ip);
                 }
                 None => {
-                    tracing::warn!(node, "no InternalIP: not a load balancer member");
+                    let family = if ipv6 { "IPv6" } else { "IPv4" };
+                    tracing::warn!(
+                        node,
+                        family,
+                        "no InternalIP of the Service's family: not a load balancer member"
+                    );
                     skipped.push(node);
                 }
             }
+        }
+        if members.is_empty() {
+            return Err(CloudError::msg(format!(
+                "no backend Node has an InternalIP of the Service's IP family ({}): the load balancer's members are left as they are",
+                if ipv6 { "IPv6" } else { "IPv4" }
+            )));
         }
 
         let (lb, created) = match self.find_load_balancer(&name).await? {
@@ -239,7 +255,14 @@ impl OpenStackCloud {
                 .collect();
             let want: BTreeSet<(String, String, i32, String)> = members
                 .iter()
-                .map(|(n, ip)| (n.clone(), ip.clone(), port.node_port, opts.subnet_id.clone()))
+                .map(|(n, ip)| {
+                    (
+                        n.clone(),
+                        ip.clone(),
+                        port.node_port,
+                        opts.members_subnet().to_string(),
+                    )
+                })
                 .collect();
             if have != want {
                 let body: Vec<Value> = want

@@ -19,6 +19,8 @@ pub const ANNOTATION_FLOATING_NETWORK_ID: &str = "loadbalancer.openstack.org/flo
 /// `loadbalancer.openstack.org/floating-subnet-id`: the subnet of the floating network a new
 /// floating IP comes from.
 pub const ANNOTATION_FLOATING_SUBNET_ID: &str = "loadbalancer.openstack.org/floating-subnet-id";
+/// `loadbalancer.openstack.org/member-subnet-id`: the subnet of the members.
+pub const ANNOTATION_MEMBER_SUBNET_ID: &str = "loadbalancer.openstack.org/member-subnet-id";
 /// `loadbalancer.openstack.org/lb-method`.
 pub const ANNOTATION_LB_METHOD: &str = "loadbalancer.openstack.org/lb-method";
 /// `loadbalancer.openstack.org/enable-health-monitor`.
@@ -59,8 +61,10 @@ pub fn load_balancer_name(cluster: &str, service: &KubeService) -> String {
 /// What a Service asks for, from its annotations and `[LoadBalancer]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceOptions {
-    /// VIP and member subnet.
+    /// VIP subnet (and the members' when no member subnet is set).
     pub subnet_id: String,
+    /// The members' subnet.
+    pub member_subnet_id: String,
     /// VIP network.
     pub network_id: String,
     /// VIP port.
@@ -123,6 +127,7 @@ impl ServiceOptions {
         };
         let o = Self {
             subnet_id: text(ANNOTATION_SUBNET_ID, &c.subnet_id),
+            member_subnet_id: text(ANNOTATION_MEMBER_SUBNET_ID, &c.member_subnet_id),
             network_id: text(ANNOTATION_NETWORK_ID, &c.network_id),
             port_id: text(ANNOTATION_PORT_ID, ""),
             floating_network_id: text(ANNOTATION_FLOATING_NETWORK_ID, &c.floating_network_id),
@@ -139,12 +144,21 @@ impl ServiceOptions {
                 "no VIP subnet: set [LoadBalancer] subnet-id (or network-id) or the {ANNOTATION_SUBNET_ID} annotation"
             )));
         }
-        if o.subnet_id.is_empty() {
+        if o.subnet_id.is_empty() && o.member_subnet_id.is_empty() {
             return Err(CloudError::msg(format!(
-                "no member subnet: set [LoadBalancer] subnet-id or the {ANNOTATION_SUBNET_ID} annotation"
+                "no member subnet: set [LoadBalancer] subnet-id or member-subnet-id, or the {ANNOTATION_SUBNET_ID} or {ANNOTATION_MEMBER_SUBNET_ID} annotation"
             )));
         }
         Ok(o)
+    }
+
+    /// The subnet of the members: `member-subnet-id`, else the VIP subnet.
+    pub fn members_subnet(&self) -> &str {
+        if self.member_subnet_id.is_empty() {
+            &self.subnet_id
+        } else {
+            &self.member_subnet_id
+        }
     }
 }
 
@@ -180,6 +194,34 @@ pub fn service_ports(service: &KubeService) -> CloudResult<Vec<PortSpec>> {
             })
         })
         .collect()
+}
+
+/// Whether the Service's primary IP family is IPv6 (`spec.ipFamilies[0]`, else its cluster
+/// IP's family; IPv4 when neither says).
+pub fn service_wants_ipv6(service: &KubeService) -> bool {
+    let spec = service.spec.as_ref();
+    if let Some(first) = spec.and_then(|s| s.ip_families.as_ref()).and_then(|f| f.first()) {
+        return first == "IPv6";
+    }
+    spec.and_then(|s| s.cluster_ip.as_deref())
+        .and_then(|ip| ip.parse::<std::net::IpAddr>().ok())
+        .is_some_and(|ip| ip.is_ipv6())
+}
+
+/// The Node's first InternalIP of the family (`ipv6`), the address its member gets.
+pub fn member_address(node: &k8s_openapi::api::core::v1::Node, ipv6: bool) -> Option<String> {
+    node.status
+        .as_ref()?
+        .addresses
+        .as_ref()?
+        .iter()
+        .filter(|a| a.type_ == "InternalIP")
+        .find(|a| {
+            a.address
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_ipv6() == ipv6)
+        })
+        .map(|a| a.address.clone())
 }
 
 #[cfg(test)]
@@ -234,5 +276,37 @@ mod tests {
         }]);
         assert!(service_ports(&bad).unwrap_err().to_string().contains("HTTP"));
         assert!(service_ports(&svc(vec![])).is_err());
+    }
+
+    #[test]
+    fn members_take_the_services_ip_family() {
+        use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeStatus};
+        let node = Node {
+            status: Some(NodeStatus {
+                addresses: Some(
+                    [
+                        ("ExternalIP", "2001:db8::9"),
+                        ("InternalIP", "fd00::5"),
+                        ("InternalIP", "10.0.0.5"),
+                    ]
+                    .iter()
+                    .map(|(t, a)| NodeAddress {
+                        type_: t.to_string(),
+                        address: a.to_string(),
+                    })
+                    .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(member_address(&node, false).as_deref(), Some("10.0.0.5"));
+        assert_eq!(member_address(&node, true).as_deref(), Some("fd00::5"));
+        let mut s = svc(vec![]);
+        assert!(!service_wants_ipv6(&s), "IPv4 when nothing says");
+        s.spec.as_mut().unwrap().cluster_ip = Some("fd00:10::1".into());
+        assert!(service_wants_ipv6(&s), "the cluster IP's family");
+        s.spec.as_mut().unwrap().ip_families = Some(vec!["IPv4".into(), "IPv6".into()]);
+        assert!(!service_wants_ipv6(&s), "ipFamilies[0] first");
     }
 }
