@@ -292,7 +292,7 @@ impl OpenStackConfig {
                     ("global", "region") => g.region = text(s, e)?,
                     ("global", "ca-file") => g.ca_file = Some(PathBuf::from(text(s, e)?)),
                     ("global", "tls-insecure") => g.tls_insecure = boolean(s, e)?,
-                    ("global", "interface" | "endpoint-type") => {
+                    ("global", "os-endpoint-type" | "interface" | "endpoint-type") => {
                         let v = text(s, e)?;
                         let v = v.trim_end_matches("URL").to_ascii_lowercase();
                         if !matches!(v.as_str(), "public" | "internal" | "admin") {
@@ -615,6 +615,19 @@ bs-version = v3
         assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
         c.validate().unwrap();
         assert!(!format!("{:?}", c).contains("s3cret"));
+    }
+
+    /// OCCM's documented `os-endpoint-type` (an earlier version logged it as an unknown key and
+    /// used public endpoints); `member-subnet-id` too.
+    #[test]
+    fn occm_endpoint_type_and_member_subnet() {
+        let c = OpenStackConfig::parse(Some(
+            b"[Global]\nos-endpoint-type = internalURL\n[LoadBalancer]\nmember-subnet-id = m1\n",
+        ))
+        .unwrap();
+        assert_eq!(c.global.interface, "internal");
+        assert_eq!(c.load_balancer.member_subnet_id, "m1");
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
     }
 
     #[test]
