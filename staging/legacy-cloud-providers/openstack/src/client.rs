@@ -258,6 +258,31 @@ impl OpenStackClient {
             }
             builder = builder.tls_certs_only(certs);
         }
+        match (&global.cert_file, &global.key_file) {
+            (Some(cert), Some(key)) => {
+                let read = |p: &std::path::PathBuf, what: &str| {
+                    std::fs::read(p)
+                        .map_err(|e| ClientError::Setup(format!("[Global] {what} {}: {e}", p.display())))
+                };
+                let mut pem = read(cert, "cert-file")?;
+                pem.push(b'\n');
+                pem.extend(read(key, "key-file")?);
+                let identity = reqwest::Identity::from_pem(&pem).map_err(|e| {
+                    ClientError::Setup(format!(
+                        "[Global] cert-file {} / key-file {}: not a PEM certificate and key: {e}",
+                        cert.display(),
+                        key.display()
+                    ))
+                })?;
+                builder = builder.identity(identity);
+            }
+            (None, None) => {}
+            _ => {
+                return Err(ClientError::Setup(
+                    "[Global] cert-file and key-file go together: set both or neither".into(),
+                ));
+            }
+        }
         let http = builder
             .build()
             .map_err(|e| ClientError::Setup(format!("HTTP client: {e}")))?;
@@ -324,7 +349,10 @@ impl OpenStackClient {
             }
             return json!({"auth": {"identity": {"methods": ["application_credential"], "application_credential": cred}}});
         }
-        let user = if a.user_id.is_empty() {
+        // With a trust, OCCM's legacy trustee credentials authenticate when set.
+        let user = if !a.trust_id.is_empty() && !a.trustee_id.is_empty() {
+            json!({"id": a.trustee_id, "password": a.trustee_password})
+        } else if a.user_id.is_empty() {
             json!({"name": a.username, "password": a.password,
                    "domain": domain(&a.user_domain_id, &a.user_domain_name, &a.domain_id, &a.domain_name)})
         } else {
@@ -844,5 +872,34 @@ mod tests {
             .auth_body();
         assert_eq!(b["auth"]["identity"]["methods"][0], "application_credential");
         assert!(b["auth"].get("scope").is_none());
+    }
+
+    /// OCCM's legacy trusts: the trustee authenticates, scoped to the trust.
+    #[test]
+    fn trustee_credentials_with_a_trust() {
+        let mut g = Global::default();
+        g.auth.auth_url = "http://k/v3".into();
+        g.auth.trust_id = "t1".into();
+        g.auth.trustee_id = "trustee".into();
+        g.auth.trustee_password = "tp".into();
+        let b = OpenStackClient::new(&g, Duration::from_secs(5))
+            .unwrap()
+            .auth_body();
+        assert_eq!(b["auth"]["identity"]["password"]["user"]["id"], "trustee");
+        assert_eq!(b["auth"]["identity"]["password"]["user"]["password"], "tp");
+        assert_eq!(b["auth"]["scope"]["OS-TRUST:trust"]["id"], "t1");
+    }
+
+    /// `cert-file` and `key-file`: a client identity, both or neither, each file named in errors.
+    #[test]
+    fn client_certificate_files() {
+        let mut g = Global::default();
+        g.auth.auth_url = "http://k/v3".into();
+        g.cert_file = Some("/nonexistent/cert.pem".into());
+        let e = OpenStackClient::new(&g, Duration::from_secs(5)).unwrap_err();
+        assert!(e.to_string().contains("both or neither"), "{e}");
+        g.key_file = Some("/nonexistent/key.pem".into());
+        let e = OpenStackClient::new(&g, Duration::from_secs(5)).unwrap_err();
+        assert!(e.to_string().contains("cert-file /nonexistent/cert.pem"), "{e}");
     }
 }

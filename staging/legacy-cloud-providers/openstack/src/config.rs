@@ -50,6 +50,10 @@ pub struct AuthOptions {
     pub application_credential_secret: String,
     /// `trust-id`.
     pub trust_id: String,
+    /// `trustee-id`: with `trust-id`, the user that authenticates (OCCM's legacy trusts).
+    pub trustee_id: String,
+    /// `trustee-password` (never printed).
+    pub trustee_password: String,
 }
 
 impl std::fmt::Debug for AuthOptions {
@@ -76,6 +80,10 @@ pub struct Global {
     pub ca_file: Option<PathBuf>,
     /// `tls-insecure`: skip TLS verification.
     pub tls_insecure: bool,
+    /// `cert-file`: the client certificate (PEM) for TLS client authentication.
+    pub cert_file: Option<PathBuf>,
+    /// `key-file`: its private key (PEM).
+    pub key_file: Option<PathBuf>,
     /// `interface` (gophercloud's availability): `public` (default), `internal` or `admin`.
     pub interface: String,
 }
@@ -289,6 +297,10 @@ impl OpenStackConfig {
                         a.application_credential_secret = text(s, e)?
                     }
                     ("global", "trust-id") => a.trust_id = text(s, e)?,
+                    ("global", "trustee-id") => a.trustee_id = text(s, e)?,
+                    ("global", "trustee-password") => a.trustee_password = text(s, e)?,
+                    ("global", "cert-file") => g.cert_file = Some(PathBuf::from(text(s, e)?)),
+                    ("global", "key-file") => g.key_file = Some(PathBuf::from(text(s, e)?)),
                     ("global", "region") => g.region = text(s, e)?,
                     ("global", "ca-file") => g.ca_file = Some(PathBuf::from(text(s, e)?)),
                     ("global", "tls-insecure") => g.tls_insecure = boolean(s, e)?,
@@ -503,6 +515,24 @@ impl OpenStackConfig {
                 return Err(ConfigError(
                     "[Global] application-credential-secret is required with an application credential"
                         .into(),
+                ));
+            }
+            return Ok(());
+        }
+        if self.global.cert_file.is_some() != self.global.key_file.is_some() {
+            return Err(ConfigError(
+                "[Global] cert-file and key-file go together: set both or neither".into(),
+            ));
+        }
+        if !a.trustee_id.is_empty() || !a.trustee_password.is_empty() {
+            if a.trust_id.is_empty() {
+                return Err(ConfigError(
+                    "[Global] trustee-id and trustee-password need trust-id".into(),
+                ));
+            }
+            if a.trustee_id.is_empty() || a.trustee_password.is_empty() {
+                return Err(ConfigError(
+                    "[Global] trustee-id and trustee-password go together: set both".into(),
                 ));
             }
             return Ok(());
