@@ -133,6 +133,7 @@ struct Token {
     value: String,
     expires: Instant,
     catalog: Vec<CatalogEntry>,
+    project_id: Option<String>,
 }
 
 /// One service of keystone's catalog.
@@ -170,6 +171,8 @@ pub struct TokenAnswer {
     pub lifetime: Duration,
     /// The service catalog (empty when absent or unreadable).
     pub catalog: Vec<CatalogEntry>,
+    /// The project the token is scoped to (`token.project.id`), if any.
+    pub project_id: Option<String>,
 }
 
 /// Reads keystone's answer to a token request: the status, the `X-Subject-Token` header and
@@ -203,10 +206,12 @@ pub fn read_token_answer(
         .and_then(unix_seconds_utc)
         .map(|exp| Duration::from_secs(exp.saturating_sub(now_unix)))
         .unwrap_or(Duration::from_secs(3600));
+    let project_id = t["project"]["id"].as_str().map(str::to_string);
     Ok(TokenAnswer {
         value,
         lifetime,
         catalog,
+        project_id,
     })
 }
 
@@ -412,6 +417,7 @@ impl OpenStackClient {
             value: answer.value,
             expires: Instant::now() + reuse_for,
             catalog: answer.catalog,
+            project_id: answer.project_id,
         })
     }
 
@@ -453,6 +459,17 @@ impl OpenStackClient {
                 },
             })?;
         Ok((t.value.clone(), endpoint.url.trim_end_matches('/').to_string()))
+    }
+
+    /// The project of the current token (authenticating when there is none yet).
+    pub async fn project_id(&self) -> Result<Option<String>, ClientError> {
+        self.session(Service::Compute, None).await?;
+        Ok(self
+            .token
+            .lock()
+            .await
+            .as_ref()
+            .and_then(|t| t.project_id.clone()))
     }
 
     /// Checks the credentials and the catalog (used at start-up).

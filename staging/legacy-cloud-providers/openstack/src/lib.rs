@@ -15,6 +15,7 @@
 
 pub mod client;
 pub mod config;
+pub mod doctor;
 pub mod loadbalancer;
 pub mod routes;
 
