@@ -14,6 +14,7 @@ pub const PROVIDER_NAME: &str = legacy::PROVIDER_NAME;
 pub fn provider_spec() -> k8s_cloud_provider::app::ProviderSpec {
     k8s_cloud_provider::app::ProviderSpec::new(PROVIDER_NAME, legacy::factory())
         .with_command(commands::doctor::provider_command())
+        .with_command(commands::orphans::provider_command())
 }
 
 #[cfg(test)]

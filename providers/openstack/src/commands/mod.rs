@@ -1,6 +1,7 @@
 //! Commands of `cloud-controller-manager-openstack` besides running the controllers.
 
 pub mod doctor;
+pub mod orphans;
 
 use std::sync::Arc;
 

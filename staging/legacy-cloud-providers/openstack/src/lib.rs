@@ -17,6 +17,7 @@ pub mod client;
 pub mod config;
 pub mod doctor;
 pub mod loadbalancer;
+pub mod orphans;
 pub mod routes;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};

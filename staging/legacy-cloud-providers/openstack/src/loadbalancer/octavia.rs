@@ -148,7 +148,7 @@ impl OpenStackCloud {
     /// and waits until it is gone. With `cascade` Octavia deletes its listeners, pools,
     /// members and monitors itself; without (`cascade-delete = false`: an Octavia provider
     /// without cascade deletion) each pool and listener is deleted first, as OCCM does.
-    pub(super) async fn delete_load_balancer(
+    pub(crate) async fn delete_load_balancer(
         &self,
         lb: &OctaviaLoadBalancer,
         cascade: bool,

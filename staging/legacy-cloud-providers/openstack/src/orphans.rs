@@ -1,0 +1,355 @@
+//! Finding (and deleting) the Octavia load balancers and floating IPs this cluster made that no
+//! Service wants any more — what a cloud-controller-manager leaves behind when a Service's
+//! cleanup finalizer was removed by hand, when it was stopped for good, or when a bug skipped a
+//! deletion. Not part of OCCM; the `orphans` command of `cloud-controller-manager-openstack`
+//! runs it.
+//!
+//! The rules, all of which must hold:
+//!
+//! - **Load balancers.** Named `kube_service_<cluster>_<namespace>_<name>` (the name this
+//!   provider and OCCM give; a name cut at Octavia's 255 characters is never matched: doubt
+//!   keeps), not `PENDING_*`, and no Service wants it: a Service wants the load balancer of its
+//!   name when it is `type: LoadBalancer` or still carries the cleanup finalizer. Its
+//!   listeners, pools, members and monitors go with it.
+//! - **Floating IPs.** Described as made for a Service of this cluster
+//!   ([`crate::loadbalancer::floating_ip_description`]), no Service of that namespace and name
+//!   wants a load balancer, and attached to no port or to the VIP port of an orphan load
+//!   balancer (any other port: it serves something). A floating IP with any other
+//!   description — a user's own — never is an orphan.
+//!
+//! Deletion ([`OpenStackCloud::delete_orphan`]) reads the candidate again right before deleting
+//! it, with the Services as they are then, and refuses when it is no longer an orphan.
+
+use std::collections::BTreeSet;
+
+use k8s_cloud_provider::{CloudError, CloudResult};
+use k8s_openapi::api::core::v1::Service as KubeService;
+use serde::Deserialize;
+
+use crate::{
+    OpenStackCloud,
+    client::Service,
+    cloud_error,
+    loadbalancer::{OctaviaLoadBalancer, floating_ip_description, load_balancer_name},
+};
+
+/// The finalizer of the service controller's load-balancer cleanup.
+const CLEANUP_FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
+/// Octavia's longest name: a name this long may have been cut.
+const MAX_NAME: usize = 255;
+
+/// What kind of resource an [`Orphan`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum OrphanKind {
+    /// A neutron floating IP made for a Service (deleted first: one on an orphan load
+    /// balancer's VIP port goes before the load balancer, as in a Service's deletion).
+    FloatingIp,
+    /// An Octavia load balancer (with its listeners, pools, members and monitors).
+    LoadBalancer,
+}
+
+impl std::fmt::Display for OrphanKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::LoadBalancer => "load-balancer",
+            Self::FloatingIp => "floating-ip",
+        })
+    }
+}
+
+/// One resource no Service wants.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Orphan {
+    /// Its kind.
+    pub kind: OrphanKind,
+    /// Its name (a floating IP's address).
+    pub name: String,
+    /// Its ID.
+    pub id: String,
+    /// The Service it was made for (`namespace/name`).
+    pub owner: String,
+    /// Why it is an orphan.
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct FloatingIp {
+    id: String,
+    floating_ip_address: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    port_id: Option<String>,
+}
+
+/// Whether `service` wants its load balancer (`type: LoadBalancer`, or the cleanup finalizer
+/// still on it).
+fn wants_load_balancer(service: &KubeService) -> bool {
+    service.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
+        || service
+            .metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|f| f == CLEANUP_FINALIZER))
+}
+
+/// The load-balancer names the Services want.
+fn wanted_names(cluster: &str, services: &[KubeService]) -> BTreeSet<String> {
+    services
+        .iter()
+        .filter(|s| wants_load_balancer(s))
+        .map(|s| load_balancer_name(cluster, s))
+        .collect()
+}
+
+/// `namespace/name` of the Service a load balancer named `name` is for, when the name is one
+/// of this cluster's and was not cut.
+fn owner_of(cluster: &str, name: &str) -> Option<String> {
+    if name.len() >= MAX_NAME {
+        return None;
+    }
+    let rest = name.strip_prefix(&format!("kube_service_{cluster}_"))?;
+    // Namespaces cannot hold `_`: the first one ends the namespace.
+    let (ns, svc) = rest.split_once('_')?;
+    (!ns.is_empty() && !svc.is_empty()).then(|| format!("{ns}/{svc}"))
+}
+
+/// The Service a floating IP was made for, from its description, when made in `cluster`.
+fn fip_owner(cluster: &str, description: &str) -> Option<String> {
+    let rest = description.strip_prefix("Floating IP for Kubernetes external service ")?;
+    let owner = rest.strip_suffix(&format!(" from cluster {cluster}"))?;
+    (owner
+        .split_once('/')
+        .is_some_and(|(ns, n)| !ns.is_empty() && !n.is_empty())
+        && !owner.contains(' '))
+    .then(|| owner.to_string())
+}
+
+/// The Service `namespace/name` of `services`, if it wants a load balancer.
+fn wants(services: &[KubeService], owner: &str) -> bool {
+    services.iter().any(|s| {
+        wants_load_balancer(s)
+            && format!(
+                "{}/{}",
+                s.metadata.namespace.as_deref().unwrap_or("default"),
+                s.metadata.name.as_deref().unwrap_or_default()
+            ) == owner
+    })
+}
+
+impl OpenStackCloud {
+    /// The orphans of `cluster` given every Service of the cluster.
+    pub async fn orphans(&self, cluster: &str, services: &[KubeService]) -> CloudResult<Vec<Orphan>> {
+        let wanted = wanted_names(cluster, services);
+        let mut out = Vec::new();
+        // VIP port → orphan load balancer's name.
+        let mut orphan_ports: std::collections::BTreeMap<String, String> = Default::default();
+        if self.config.load_balancer.enabled {
+            let lbs: Vec<OctaviaLoadBalancer> = self
+                .client
+                .list(Service::LoadBalancer, "/v2/lbaas/loadbalancers", "loadbalancers")
+                .await
+                .map_err(|e| cloud_error("listing load balancers", e))?;
+            for lb in lbs {
+                let Some(owner) = owner_of(cluster, &lb.name) else {
+                    continue;
+                };
+                if wanted.contains(&lb.name)
+                    || lb.provisioning_status.starts_with("PENDING_")
+                    || lb.provisioning_status == "DELETED"
+                {
+                    continue;
+                }
+                if !lb.vip_port_id.is_empty() {
+                    orphan_ports.insert(lb.vip_port_id.clone(), lb.name.clone());
+                }
+                out.push(Orphan {
+                    kind: OrphanKind::LoadBalancer,
+                    name: lb.name.clone(),
+                    id: lb.id.clone(),
+                    reason: format!(
+                        "no Service {owner} wants a load balancer ({})",
+                        lb.provisioning_status
+                    ),
+                    owner,
+                });
+            }
+        }
+        let fips: Vec<FloatingIp> = self
+            .client
+            .list(Service::Network, "/floatingips", "floatingips")
+            .await
+            .map_err(|e| cloud_error("listing floating IPs", e))?;
+        for f in fips {
+            let Some(owner) = fip_owner(cluster, &f.description) else {
+                continue;
+            };
+            if wants(services, &owner) {
+                continue;
+            }
+            let reason = match f.port_id.as_deref().filter(|p| !p.is_empty()) {
+                None => {
+                    format!("made for Service {owner}, which wants no load balancer; attached to no port")
+                }
+                Some(port) => match orphan_ports.get(port) {
+                    Some(lb) => format!(
+                        "made for Service {owner}, which wants no load balancer; on the VIP port of orphan load balancer {lb}"
+                    ),
+                    None => continue,
+                },
+            };
+            out.push(Orphan {
+                kind: OrphanKind::FloatingIp,
+                name: f.floating_ip_address.clone(),
+                id: f.id.clone(),
+                reason,
+                owner,
+            });
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Deletes `orphan` after reading it again, with `services` (every Service of the cluster,
+    /// read right before): refused when it is no longer an orphan (renamed, attached, wanted, or
+    /// changing).
+    pub async fn delete_orphan(
+        &self,
+        cluster: &str,
+        services: &[KubeService],
+        orphan: &Orphan,
+    ) -> CloudResult<()> {
+        let refuse = |why: String| {
+            CloudError::msg(format!(
+                "{} {} ({}): not deleted: {why}",
+                orphan.kind, orphan.name, orphan.id
+            ))
+        };
+        match orphan.kind {
+            OrphanKind::LoadBalancer => {
+                let path = format!("/v2/lbaas/loadbalancers/{}", orphan.id);
+                let lb: OctaviaLoadBalancer = match self
+                    .client
+                    .get_as(Service::LoadBalancer, &path, "loadbalancer")
+                    .await
+                {
+                    Ok(lb) => lb,
+                    Err(e) if e.is_not_found() => return Ok(()),
+                    Err(e) => return Err(cloud_error(format!("reading load balancer {}", orphan.id), e)),
+                };
+                if lb.name != orphan.name || owner_of(cluster, &lb.name).is_none() {
+                    return Err(refuse(format!("it is now named {:?}", lb.name)));
+                }
+                if wanted_names(cluster, services).contains(&lb.name) {
+                    return Err(refuse(format!("Service {} wants it now", orphan.owner)));
+                }
+                self.delete_load_balancer(&lb, true).await
+            }
+            OrphanKind::FloatingIp => {
+                let path = format!("/floatingips/{}", orphan.id);
+                let f: FloatingIp = match self.client.get_as(Service::Network, &path, "floatingip").await {
+                    Ok(f) => f,
+                    Err(e) if e.is_not_found() => return Ok(()),
+                    Err(e) => return Err(cloud_error(format!("reading floating IP {}", orphan.name), e)),
+                };
+                if f.description != floating_ip_description_of(cluster, &orphan.owner) {
+                    return Err(refuse(format!("its description is now {:?}", f.description)));
+                }
+                if let Some(port) = f.port_id.as_deref().filter(|p| !p.is_empty()) {
+                    // Only on the VIP port of a load balancer that is still an orphan.
+                    let lbs: Vec<OctaviaLoadBalancer> = self
+                        .client
+                        .list(
+                            Service::LoadBalancer,
+                            &format!(
+                                "/v2/lbaas/loadbalancers?vip_port_id={}",
+                                crate::client::query_escape(port)
+                            ),
+                            "loadbalancers",
+                        )
+                        .await
+                        .map_err(|e| cloud_error(format!("finding the load balancer of port {port}"), e))?;
+                    let wanted = wanted_names(cluster, services);
+                    let orphan_lb = lbs.iter().any(|lb| {
+                        lb.vip_port_id == port
+                            && owner_of(cluster, &lb.name).is_some()
+                            && !wanted.contains(&lb.name)
+                    });
+                    if !orphan_lb {
+                        return Err(refuse(format!(
+                            "it is attached to port {port}, which is no orphan load balancer's"
+                        )));
+                    }
+                }
+                if wants(services, &orphan.owner) {
+                    return Err(refuse(format!(
+                        "Service {} wants a load balancer now",
+                        orphan.owner
+                    )));
+                }
+                self.client
+                    .delete(Service::Network, &path)
+                    .await
+                    .map_err(|e| cloud_error(format!("deleting floating IP {}", orphan.name), e))
+            }
+        }
+    }
+}
+
+/// [`floating_ip_description`] for the Service `namespace/name`.
+fn floating_ip_description_of(cluster: &str, owner: &str) -> String {
+    let (ns, name) = owner.split_once('/').unwrap_or(("", owner));
+    let service = KubeService {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            namespace: Some(ns.to_string()),
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    floating_ip_description(cluster, &service)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owners_from_names_and_descriptions() {
+        assert_eq!(
+            owner_of("kubernetes", "kube_service_kubernetes_shop_web").as_deref(),
+            Some("shop/web")
+        );
+        assert_eq!(
+            owner_of("prod", "kube_service_kubernetes_shop_web"),
+            None,
+            "another cluster's"
+        );
+        assert_eq!(
+            owner_of("a_b", "kube_service_a_b_ns_name").as_deref(),
+            Some("ns/name")
+        );
+        let long = format!("kube_service_kubernetes_ns_{}", "x".repeat(300));
+        assert_eq!(owner_of("kubernetes", &long[..255]), None, "a cut name is doubt");
+        assert_eq!(
+            fip_owner(
+                "kubernetes",
+                "Floating IP for Kubernetes external service shop/web from cluster kubernetes"
+            )
+            .as_deref(),
+            Some("shop/web")
+        );
+        assert_eq!(
+            fip_owner(
+                "prod",
+                "Floating IP for Kubernetes external service shop/web from cluster kubernetes"
+            ),
+            None
+        );
+        assert_eq!(fip_owner("kubernetes", "the user's own"), None);
+        assert_eq!(
+            floating_ip_description_of("kubernetes", "shop/web"),
+            "Floating IP for Kubernetes external service shop/web from cluster kubernetes"
+        );
+    }
+}
