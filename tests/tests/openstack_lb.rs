@@ -469,3 +469,108 @@ async fn orphans_lists_and_deletes_only_what_no_service_wants() -> Result<()> {
     assert!(out.starts_with("No orphans"), "{out}");
     Ok(())
 }
+
+/// OCCM's listener, pool, monitor and status annotations, read back from Octavia: connection
+/// limit and timeouts on the listener, PROXY protocol on the pool, the monitor's settings, the
+/// status's hostname; changed on the Service, each is changed in Octavia (the pool made again
+/// for a new protocol, the monitor updated in place).
+#[tokio::test]
+async fn annotations_reach_octavia_and_follow_changes() -> Result<()> {
+    let env = env("lb-annotations").await?;
+    let a = |pairs: &[(&str, &str)]| -> serde_json::Value {
+        json!({"metadata": {"annotations": pairs
+            .iter()
+            .map(|(k, v)| (format!("loadbalancer.openstack.org/{k}"), serde_json::Value::String(v.to_string())))
+            .collect::<serde_json::Map<_, _>>()}})
+    };
+    let mut svc = load_balancer_service("tuned", &[], &[(80, "http")]);
+    svc.metadata.annotations = serde_json::from_value(
+        a(&[
+            ("connection-limit", "100"),
+            ("timeout-client-data", "60000"),
+            ("timeout-member-connect", "4000"),
+            ("proxy-protocol", "v2"),
+            ("enable-health-monitor", "true"),
+            ("health-monitor-delay", "10"),
+            ("health-monitor-max-retries", "2"),
+            ("hostname", "tuned.example.test"),
+        ])["metadata"]["annotations"]
+            .clone(),
+    )?;
+    env.services.create(&PostParams::default(), &svc).await?;
+    let hostname = wait_for("tuned's hostname", T, || async {
+        let s = env.services.get("tuned").await.ok()?;
+        s.status?.load_balancer?.ingress?.first()?.hostname.clone()
+    })
+    .await
+    .inspect_err(|_| eprintln!("{}", env.ccm.log()))?;
+    assert_eq!(hostname, "tuned.example.test");
+    let lb = env.load_balancer("tuned").await?;
+    let lb_id = lb["id"].as_str().context("id")?.to_string();
+    let read = || async {
+        let listeners = env
+            .project
+            .octavia_list(&format!("listeners?loadbalancer_id={lb_id}"), "listeners")
+            .await?;
+        let pools = env
+            .project
+            .octavia_list(&format!("pools?loadbalancer_id={lb_id}"), "pools")
+            .await?;
+        let monitors = env
+            .project
+            .octavia_list("healthmonitors", "healthmonitors")
+            .await?;
+        anyhow::Ok((listeners, pools, monitors))
+    };
+    let (listeners, pools, monitors) = read().await?;
+    assert_eq!(listeners.len(), 1, "{listeners:?}");
+    assert_eq!(listeners[0]["connection_limit"], 100);
+    assert_eq!(listeners[0]["timeout_client_data"], 60000);
+    assert_eq!(listeners[0]["timeout_member_connect"], 4000);
+    assert_eq!(pools.len(), 1, "{pools:?}");
+    assert_eq!(pools[0]["protocol"], "PROXYV2");
+    assert_eq!(monitors.len(), 1, "{monitors:?}");
+    assert_eq!(monitors[0]["delay"], 10);
+    assert_eq!(monitors[0]["max_retries"], 2);
+    let first_pool = pools[0]["id"].clone();
+
+    // Changed: no PROXY protocol (a new pool), another delay, no connection limit.
+    env.services
+        .patch(
+            "tuned",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "loadbalancer.openstack.org/proxy-protocol": null,
+                "loadbalancer.openstack.org/health-monitor-delay": "20",
+                "loadbalancer.openstack.org/connection-limit": "-1",
+            }}})),
+        )
+        .await?;
+    let (listeners, pools, monitors) = wait_for("the changes in Octavia", T, || async {
+        let (l, p, m) = read().await.ok()?;
+        (p.len() == 1
+            && p[0]["protocol"] == "TCP"
+            && m.len() == 1
+            && m[0]["delay"] == 20
+            && l[0]["connection_limit"] == -1)
+            .then_some((l, p, m))
+    })
+    .await
+    .inspect_err(|_| eprintln!("{}", env.ccm.log()))?;
+    assert_ne!(
+        pools[0]["id"], first_pool,
+        "a pool cannot change its protocol: made again"
+    );
+    assert_eq!(monitors[0]["max_retries"], 2, "the rest kept");
+    assert_eq!(listeners[0]["timeout_client_data"], 60000);
+    let members = env
+        .project
+        .octavia_list(
+            &format!("pools/{}/members", pools[0]["id"].as_str().unwrap_or_default()),
+            "members",
+        )
+        .await?;
+    assert_eq!(members.len(), 1, "the new pool has the member: {members:?}");
+    env.delete_service("tuned").await?;
+    Ok(())
+}

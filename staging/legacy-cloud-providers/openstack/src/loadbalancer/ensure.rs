@@ -163,15 +163,32 @@ impl OpenStackCloud {
                 .find(|l| l.protocol == port.protocol && l.protocol_port == port.port)
             {
                 Some(l) => {
+                    // One update with every field that differs.
+                    let mut change = serde_json::Map::new();
                     let current = l.allowed_cidrs.clone().unwrap_or_default();
                     if current.iter().collect::<BTreeSet<_>>()
                         != allowed_cidrs.iter().collect::<BTreeSet<_>>()
                     {
+                        change.insert(
+                            "allowed_cidrs".into(),
+                            if allowed_cidrs.is_empty() {
+                                Value::Null
+                            } else {
+                                json!(allowed_cidrs)
+                            },
+                        );
+                    }
+                    for (field, want) in &opts.listener_settings {
+                        if l.settings.get(*field).and_then(Value::as_i64) != Some(*want) {
+                            change.insert((*field).into(), json!(want));
+                        }
+                    }
+                    if !change.is_empty() {
                         self.lb_put(
                             &lb.id,
                             &format!("{LBAAS}/listeners/{}", l.id),
-                            json!({"listener": {"allowed_cidrs": if allowed_cidrs.is_empty() { Value::Null } else { json!(allowed_cidrs) }}}),
-                            "listener allowed CIDRs",
+                            json!({"listener": change}),
+                            "listener",
                         )
                         .await?;
                     }
@@ -188,6 +205,9 @@ impl OpenStackCloud {
                     if !allowed_cidrs.is_empty() {
                         body["allowed_cidrs"] = json!(allowed_cidrs);
                     }
+                    for (field, value) in &opts.listener_settings {
+                        body[*field] = json!(value);
+                    }
                     let v = self
                         .lb_post(
                             &lb.id,
@@ -200,13 +220,30 @@ impl OpenStackCloud {
                 }
             };
             kept.insert(listener.id.clone());
-            let pool = match &listener.default_pool_id {
+            let pool_protocol = opts.proxy_protocol.unwrap_or(port.protocol.as_str());
+            let existing = match &listener.default_pool_id {
                 Some(id) if !id.is_empty() => {
                     let p: Pool = self
                         .client
                         .get_as(Service::LoadBalancer, &format!("{LBAAS}/pools/{id}"), "pool")
                         .await
                         .map_err(|e| cloud_error(format!("reading pool {id}"), e))?;
+                    if p.protocol != pool_protocol {
+                        // Octavia cannot change a pool's protocol (PROXY protocol switched on or
+                        // off): the pool is made again, as OCCM does.
+                        self.lb_delete(&lb.id, &format!("{LBAAS}/pools/{id}"), "pool")
+                            .await?;
+                        tracing::info!(pool = %id, from = %p.protocol, to = pool_protocol, "pool protocol changed: pool made again");
+                        None
+                    } else {
+                        Some(p)
+                    }
+                }
+                _ => None,
+            };
+            let pool = match existing {
+                Some(p) => {
+                    let id = &p.id;
                     if p.lb_algorithm != opts.lb_method {
                         self.lb_put(
                             &lb.id,
@@ -218,10 +255,10 @@ impl OpenStackCloud {
                     }
                     p
                 }
-                _ => {
+                None => {
                     let body = json!({"pool": {
                         "name": cut(format!("pool_{i}_{name}")),
-                        "protocol": port.protocol,
+                        "protocol": pool_protocol,
                         "lb_algorithm": opts.lb_method,
                         "listener_id": listener.id,
                         "tags": [name],
@@ -279,9 +316,9 @@ impl OpenStackCloud {
                 tracing::info!(pool = %pool.id, members = want.len(), "updated load balancer members");
             }
             // Health monitor.
+            let (delay, timeout, max_retries, max_retries_down) = opts.monitor;
             match (&pool.healthmonitor_id, opts.health_monitor) {
                 (None, true) => {
-                    let m = &self.config.load_balancer.monitor;
                     let kind = if port.protocol == "UDP" {
                         "UDP-CONNECT"
                     } else {
@@ -291,10 +328,10 @@ impl OpenStackCloud {
                         "name": cut(format!("monitor_{i}_{name}")),
                         "pool_id": pool.id,
                         "type": kind,
-                        "delay": m.delay.as_secs().max(1),
-                        "timeout": m.timeout.as_secs().max(1),
-                        "max_retries": m.max_retries.max(1),
-                        "max_retries_down": m.max_retries_down.max(1),
+                        "delay": delay,
+                        "timeout": timeout,
+                        "max_retries": max_retries,
+                        "max_retries_down": max_retries_down,
                         "tags": [name],
                     }});
                     self.lb_post(&lb.id, &format!("{LBAAS}/healthmonitors"), body, "health monitor")
@@ -303,6 +340,23 @@ impl OpenStackCloud {
                 (Some(id), false) if !id.is_empty() => {
                     self.lb_delete(&lb.id, &format!("{LBAAS}/healthmonitors/{id}"), "health monitor")
                         .await?;
+                }
+                (Some(id), true) if !id.is_empty() => {
+                    // Settings changed after the monitor was made (annotations or config).
+                    let path = format!("{LBAAS}/healthmonitors/{id}");
+                    let m: Value = self
+                        .client
+                        .get_as(Service::LoadBalancer, &path, "healthmonitor")
+                        .await
+                        .map_err(|e| cloud_error(format!("reading health monitor {id}"), e))?;
+                    let want = json!({"delay": delay, "timeout": timeout, "max_retries": max_retries, "max_retries_down": max_retries_down});
+                    let differs = ["delay", "timeout", "max_retries", "max_retries_down"]
+                        .iter()
+                        .any(|k| m[*k].as_i64() != want[*k].as_i64());
+                    if differs {
+                        self.lb_put(&lb.id, &path, json!({"healthmonitor": want}), "health monitor")
+                            .await?;
+                    }
                 }
                 _ => {}
             }
@@ -336,7 +390,7 @@ impl OpenStackCloud {
                 None => lb.vip_address.clone(),
             }
         };
-        Ok((status_for(&address), skipped))
+        Ok((status_for(&address, opts.hostname.as_deref()), skipped))
     }
 }
 

@@ -38,11 +38,18 @@ pub use floating_ip::floating_ip_description;
 pub use octavia::OctaviaLoadBalancer;
 pub use options::*;
 
-fn status_for(address: &str) -> LoadBalancerStatus {
+fn status_for(address: &str, hostname: Option<&str>) -> LoadBalancerStatus {
     LoadBalancerStatus {
-        ingress: Some(vec![LoadBalancerIngress {
-            ip: Some(address.to_string()),
-            ..Default::default()
+        ingress: Some(vec![match hostname {
+            // `loadbalancer.openstack.org/hostname`: the hostname instead of the address.
+            Some(h) => LoadBalancerIngress {
+                hostname: Some(h.to_string()),
+                ..Default::default()
+            },
+            None => LoadBalancerIngress {
+                ip: Some(address.to_string()),
+                ..Default::default()
+            },
         }]),
     }
 }
@@ -64,7 +71,10 @@ impl LoadBalancer for OpenStackCloud {
             Some(f) => f.floating_ip_address,
             None => lb.vip_address,
         };
-        Ok(Some(status_for(&address)))
+        let hostname = annotation(service, ANNOTATION_HOSTNAME)
+            .map(str::trim)
+            .filter(|h| !h.is_empty());
+        Ok(Some(status_for(&address, hostname)))
     }
 
     fn get_load_balancer_name(&self, cluster: &str, service: &KubeService) -> String {

@@ -52,12 +52,17 @@ pub(super) struct Listener {
     pub(super) default_pool_id: Option<String>,
     #[serde(default)]
     pub(super) allowed_cidrs: Option<Vec<String>>,
+    /// Every other field (`connection_limit`, `timeout_*`, …), compared with what is wanted.
+    #[serde(flatten)]
+    pub(super) settings: serde_json::Map<String, Value>,
 }
 
 /// A pool.
 #[derive(Debug, Clone, Deserialize)]
 pub(super) struct Pool {
     pub(super) id: String,
+    #[serde(default)]
+    pub(super) protocol: String,
     #[serde(default)]
     pub(super) lb_algorithm: String,
     #[serde(default)]

@@ -21,6 +21,30 @@ pub const ANNOTATION_FLOATING_NETWORK_ID: &str = "loadbalancer.openstack.org/flo
 pub const ANNOTATION_FLOATING_SUBNET_ID: &str = "loadbalancer.openstack.org/floating-subnet-id";
 /// `loadbalancer.openstack.org/member-subnet-id`: the subnet of the members.
 pub const ANNOTATION_MEMBER_SUBNET_ID: &str = "loadbalancer.openstack.org/member-subnet-id";
+/// `loadbalancer.openstack.org/connection-limit`: the listeners' connection limit (-1: none).
+pub const ANNOTATION_CONNECTION_LIMIT: &str = "loadbalancer.openstack.org/connection-limit";
+/// `loadbalancer.openstack.org/proxy-protocol`: `true`/`v1` (PROXY) or `v2` (PROXYV2) pools.
+pub const ANNOTATION_PROXY_PROTOCOL: &str = "loadbalancer.openstack.org/proxy-protocol";
+/// `loadbalancer.openstack.org/timeout-client-data` (milliseconds).
+pub const ANNOTATION_TIMEOUT_CLIENT_DATA: &str = "loadbalancer.openstack.org/timeout-client-data";
+/// `loadbalancer.openstack.org/timeout-member-connect` (milliseconds).
+pub const ANNOTATION_TIMEOUT_MEMBER_CONNECT: &str = "loadbalancer.openstack.org/timeout-member-connect";
+/// `loadbalancer.openstack.org/timeout-member-data` (milliseconds).
+pub const ANNOTATION_TIMEOUT_MEMBER_DATA: &str = "loadbalancer.openstack.org/timeout-member-data";
+/// `loadbalancer.openstack.org/timeout-tcp-inspect` (milliseconds).
+pub const ANNOTATION_TIMEOUT_TCP_INSPECT: &str = "loadbalancer.openstack.org/timeout-tcp-inspect";
+/// `loadbalancer.openstack.org/health-monitor-delay` (seconds).
+pub const ANNOTATION_HEALTH_MONITOR_DELAY: &str = "loadbalancer.openstack.org/health-monitor-delay";
+/// `loadbalancer.openstack.org/health-monitor-timeout` (seconds).
+pub const ANNOTATION_HEALTH_MONITOR_TIMEOUT: &str = "loadbalancer.openstack.org/health-monitor-timeout";
+/// `loadbalancer.openstack.org/health-monitor-max-retries`.
+pub const ANNOTATION_HEALTH_MONITOR_MAX_RETRIES: &str =
+    "loadbalancer.openstack.org/health-monitor-max-retries";
+/// `loadbalancer.openstack.org/health-monitor-max-retries-down`.
+pub const ANNOTATION_HEALTH_MONITOR_MAX_RETRIES_DOWN: &str =
+    "loadbalancer.openstack.org/health-monitor-max-retries-down";
+/// `loadbalancer.openstack.org/hostname`: the status shows this hostname instead of the address.
+pub const ANNOTATION_HOSTNAME: &str = "loadbalancer.openstack.org/hostname";
 /// `loadbalancer.openstack.org/lb-method`.
 pub const ANNOTATION_LB_METHOD: &str = "loadbalancer.openstack.org/lb-method";
 /// `loadbalancer.openstack.org/enable-health-monitor`.
@@ -85,6 +109,14 @@ pub struct ServiceOptions {
     pub flavor_id: String,
     /// Octavia availability zone.
     pub availability_zone: String,
+    /// Listener fields the annotations set (`connection_limit` always: -1 without one).
+    pub listener_settings: Vec<(&'static str, i64)>,
+    /// The pools' protocol for PROXY protocol (`PROXY`, `PROXYV2`), if asked for.
+    pub proxy_protocol: Option<&'static str>,
+    /// Health monitor `(delay s, timeout s, max_retries, max_retries_down)`.
+    pub monitor: (u64, u64, u32, u32),
+    /// The hostname the status shows, if asked for.
+    pub hostname: Option<String>,
 }
 
 /// One Service port.
@@ -115,6 +147,42 @@ pub(super) fn annotation_bool(service: &KubeService, key: &str, default: bool) -
     }
 }
 
+/// An integer annotation (`default` without it); below `min` is an error naming it.
+fn number(service: &KubeService, key: &str, default: i64, min: i64) -> CloudResult<i64> {
+    match annotation(service, key).map(str::trim) {
+        None => Ok(default),
+        Some(v) => match v.parse::<i64>() {
+            Ok(n) if n >= min && n <= i64::from(i32::MAX) => Ok(n),
+            _ => Err(CloudError::msg(format!(
+                "annotation {key}: {v:?} is not a whole number of at least {min}"
+            ))),
+        },
+    }
+}
+
+/// The listener fields the annotations set: `connection_limit` (-1 without the annotation, or
+/// -1 itself: unlimited) and each timeout that is annotated.
+fn listener_settings(service: &KubeService) -> CloudResult<Vec<(&'static str, i64)>> {
+    let limit = number(service, ANNOTATION_CONNECTION_LIMIT, -1, -1)?;
+    if limit == 0 {
+        return Err(CloudError::msg(format!(
+            "annotation {ANNOTATION_CONNECTION_LIMIT}: 0 is not a limit (a positive number, or -1 for none)"
+        )));
+    }
+    let mut out = vec![("connection_limit", limit)];
+    for (key, field) in [
+        (ANNOTATION_TIMEOUT_CLIENT_DATA, "timeout_client_data"),
+        (ANNOTATION_TIMEOUT_MEMBER_CONNECT, "timeout_member_connect"),
+        (ANNOTATION_TIMEOUT_MEMBER_DATA, "timeout_member_data"),
+        (ANNOTATION_TIMEOUT_TCP_INSPECT, "timeout_tcp_inspect"),
+    ] {
+        if annotation(service, key).is_some() {
+            out.push((field, number(service, key, 0, 0)?));
+        }
+    }
+    Ok(out)
+}
+
 impl ServiceOptions {
     /// Reads the annotations over the configured defaults.
     pub fn from_service(cloud: &OpenStackCloud, service: &KubeService) -> CloudResult<Self> {
@@ -138,6 +206,47 @@ impl ServiceOptions {
             keep_floating_ip: annotation_bool(service, ANNOTATION_KEEP_FLOATING_IP, false)?,
             flavor_id: text(ANNOTATION_FLAVOR_ID, &c.flavor_id),
             availability_zone: text(ANNOTATION_AVAILABILITY_ZONE, &c.availability_zone),
+            listener_settings: listener_settings(service)?,
+            proxy_protocol: match annotation(service, ANNOTATION_PROXY_PROTOCOL).map(str::trim) {
+                None | Some("false") => None,
+                Some("true" | "v1") => Some("PROXY"),
+                Some("v2") => Some("PROXYV2"),
+                Some(v) => {
+                    return Err(CloudError::msg(format!(
+                        "annotation {ANNOTATION_PROXY_PROTOCOL}: {v:?} is not true, v1, v2 or false"
+                    )));
+                }
+            },
+            monitor: (
+                number(
+                    service,
+                    ANNOTATION_HEALTH_MONITOR_DELAY,
+                    c.monitor.delay.as_secs().max(1) as i64,
+                    1,
+                )? as u64,
+                number(
+                    service,
+                    ANNOTATION_HEALTH_MONITOR_TIMEOUT,
+                    c.monitor.timeout.as_secs().max(1) as i64,
+                    1,
+                )? as u64,
+                number(
+                    service,
+                    ANNOTATION_HEALTH_MONITOR_MAX_RETRIES,
+                    i64::from(c.monitor.max_retries.max(1)),
+                    1,
+                )? as u32,
+                number(
+                    service,
+                    ANNOTATION_HEALTH_MONITOR_MAX_RETRIES_DOWN,
+                    i64::from(c.monitor.max_retries_down.max(1)),
+                    1,
+                )? as u32,
+            ),
+            hostname: annotation(service, ANNOTATION_HOSTNAME)
+                .map(str::trim)
+                .filter(|h| !h.is_empty())
+                .map(str::to_string),
         };
         if o.subnet_id.is_empty() && o.network_id.is_empty() && o.port_id.is_empty() {
             return Err(CloudError::msg(format!(
