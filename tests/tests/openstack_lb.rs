@@ -574,3 +574,127 @@ async fn annotations_reach_octavia_and_follow_changes() -> Result<()> {
     env.delete_service("tuned").await?;
     Ok(())
 }
+
+/// Taking over from OCCM: a load balancer made the way OCCM makes it (its names for the load
+/// balancer, listener, pool and members, its floating-IP description), found by the CCM when
+/// the Service becomes `type: LoadBalancer`, is adopted with zero writes to Octavia and neutron:
+/// the Service gets its address, nothing is made again, and deleting the Service deletes both.
+#[tokio::test]
+async fn a_load_balancer_made_by_occm_is_adopted_without_a_write() -> Result<()> {
+    let env = env("lb-adopt").await?;
+    // The Service first as NodePort: its node port, which OCCM's members use.
+    let mut svc = load_balancer_service("adopt", &[], &[(80, "http")]);
+    svc.spec.as_mut().context("spec")?.type_ = Some("NodePort".into());
+    env.services.create(&PostParams::default(), &svc).await?;
+    let node_port = env
+        .services
+        .get("adopt")
+        .await?
+        .spec
+        .context("spec")?
+        .ports
+        .context("ports")?[0]
+        .node_port
+        .context("node port")?;
+    let name = "kube_service_kubernetes_default_adopt";
+    let s = &env.project.session;
+    let lb = s
+        .post(
+            &format!("{OCTAVIA}/lbaas/loadbalancers"),
+            json!({"loadbalancer": {"name": name, "vip_subnet_id": env.private.subnet_id, "tags": [name],
+                   "description": "Kubernetes external service default/adopt from cluster kubernetes"}}),
+        )
+        .await?;
+    let lb_id = lb["loadbalancer"]["id"].as_str().context("id")?.to_string();
+    let vip_port = lb["loadbalancer"]["vip_port_id"]
+        .as_str()
+        .context("vip port")?
+        .to_string();
+    let active = || async {
+        let lbs = env.project.load_balancers(name).await.ok()?;
+        (lbs.first()?["provisioning_status"] == "ACTIVE").then_some(())
+    };
+    wait_for("OCCM's load balancer active", T, active).await?;
+    let listener = s
+        .post(
+            &format!("{OCTAVIA}/lbaas/listeners"),
+            json!({"listener": {"name": format!("listener_0_{name}"), "protocol": "TCP", "protocol_port": 80,
+                   "loadbalancer_id": lb_id, "connection_limit": -1, "tags": [name]}}),
+        )
+        .await?;
+    wait_for("listener made", T, active).await?;
+    let pool = s
+        .post(
+            &format!("{OCTAVIA}/lbaas/pools"),
+            json!({"pool": {"name": format!("pool_0_{name}"), "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN",
+                   "listener_id": listener["listener"]["id"], "tags": [name]}}),
+        )
+        .await?;
+    wait_for("pool made", T, active).await?;
+    let pool_id = pool["pool"]["id"].as_str().context("pool id")?.to_string();
+    let servers = s
+        .get(&format!("{}/servers/detail", rcp_e2e::openstack::NOVA))
+        .await?;
+    let ip = servers["servers"][0]["addresses"]["private"][0]["addr"]
+        .as_str()
+        .context("node-0's address")?
+        .to_string();
+    s.put(
+        &format!("{OCTAVIA}/lbaas/pools/{pool_id}/members"),
+        json!({"members": [{"name": "node-0", "address": ip, "protocol_port": node_port, "subnet_id": env.private.subnet_id}]}),
+    )
+    .await?;
+    wait_for("member made", T, active).await?;
+    let fip = s
+        .post(
+            &format!("{NEUTRON}/floatingips"),
+            json!({"floatingip": {"floating_network_id": env.public.id, "port_id": vip_port,
+                   "description": "Floating IP for Kubernetes external service default/adopt from cluster kubernetes"}}),
+        )
+        .await?;
+    let address = fip["floatingip"]["floating_ip_address"]
+        .as_str()
+        .context("address")?
+        .to_string();
+
+    // The take-over.
+    for p in [&env.project.neutron_proxy, &env.project.octavia_proxy] {
+        p.reset_counts();
+    }
+    env.services
+        .patch(
+            "adopt",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"type": "LoadBalancer"}})),
+        )
+        .await?;
+    assert_eq!(env.ingress("adopt").await?, address, "OCCM's floating IP");
+    // A second sync (a node sync or a resync) finds nothing to change either.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut seen = std::collections::BTreeMap::new();
+    for p in [&env.project.neutron_proxy, &env.project.octavia_proxy] {
+        seen.extend(p.counts_by_method());
+    }
+    let writes: Vec<&String> = seen.keys().filter(|k| !k.starts_with("GET ")).collect();
+    assert!(
+        seen.keys().any(|k| k.starts_with("GET ")),
+        "the CCM read OCCM's load balancer: {seen:?}"
+    );
+    assert!(writes.is_empty(), "adoption wrote: {writes:?}");
+    assert_eq!(
+        env.load_balancer("adopt").await?["id"],
+        lb_id.as_str(),
+        "not made again"
+    );
+
+    env.delete_service("adopt").await?;
+    assert!(
+        !env.project
+            .floating_ips()
+            .await?
+            .iter()
+            .any(|f| f["floating_ip_address"] == address.as_str()),
+        "OCCM's floating IP, made for the Service, went with it"
+    );
+    Ok(())
+}
