@@ -377,7 +377,7 @@ impl OpenStackCloud {
         let address = if opts.internal {
             // A floating IP made for the Service goes (detached when it is to be kept); a
             // user's own is left alone.
-            self.release_floating_ip(cluster, service, &lb, opts.keep_floating_ip, true)
+            self.release_floating_ip(cluster, service, &lb, opts.keep_floating_ip, false)
                 .await?;
             lb.vip_address.clone()
         } else if !opts.floating_network_id.is_empty() {

@@ -5,7 +5,7 @@
 //! cluster's — is ever deleted. (OCCM deletes any floating IP whose description starts with
 //! those words, another cluster's included; this provider is stricter.) A user's own floating
 //! IP, chosen through `spec.loadBalancerIP` or put on the VIP port by hand, is attached but
-//! never deleted nor detached.
+//! never deleted (when its load balancer goes it is detached, free for another use).
 
 use k8s_cloud_provider::{CloudError, CloudResult};
 use k8s_openapi::api::core::v1::Service as KubeService;
@@ -156,55 +156,54 @@ impl OpenStackCloud {
         Ok(f.floating_ip_address)
     }
 
-    /// Removes the floating IP of `lb`'s VIP port when it was made for `service` in `cluster`
-    /// and is not to be kept (deleted; kept, it is detached when `detach_kept`). Any other
-    /// floating IP — a user's own — is left as it is. Says what it did.
+    /// Takes the floating IP off `lb`'s VIP port: deleted when it was made for `service` in
+    /// `cluster` and is not to be `keep`; detached when it is to be kept. A user's own floating
+    /// IP is never deleted: with `deleting` (the load balancer is about to go) it is detached so
+    /// that it is free at once, whenever Octavia deletes the VIP port; otherwise (an internal
+    /// Service) it is left as it is.
     pub(super) async fn release_floating_ip(
         &self,
         cluster: &str,
         service: &KubeService,
         lb: &OctaviaLoadBalancer,
         keep: bool,
-        detach_kept: bool,
+        deleting: bool,
     ) -> CloudResult<()> {
         let Some(f) = self.floating_ip_on_port(&lb.vip_port_id).await? else {
             return Ok(());
         };
-        if f.description != floating_ip_description(cluster, service) {
+        let ours = f.description == floating_ip_description(cluster, service);
+        if ours && !keep {
+            match self
+                .client
+                .delete(Service::Network, &format!("/floatingips/{}", f.id))
+                .await
+            {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => {
+                    return Err(cloud_error(
+                        format!("deleting floating IP {}", f.floating_ip_address),
+                        e,
+                    ));
+                }
+            }
+            tracing::info!(fip = %f.floating_ip_address, "deleted floating IP");
+            return Ok(());
+        }
+        if !ours && !deleting {
             tracing::info!(fip = %f.floating_ip_address, description = %f.description, "floating IP not made for this Service: left as it is");
             return Ok(());
         }
-        if keep {
-            if detach_kept {
-                self.client
-                    .put(
-                        Service::Network,
-                        &format!("/floatingips/{}", f.id),
-                        &json!({"floatingip": {"port_id": null}}),
-                    )
-                    .await
-                    .map_err(|e| {
-                        cloud_error(format!("detaching floating IP {}", f.floating_ip_address), e)
-                    })?;
-                tracing::info!(fip = %f.floating_ip_address, "detached the kept floating IP");
-            }
-            return Ok(());
-        }
-        match self
-            .client
-            .delete(Service::Network, &format!("/floatingips/{}", f.id))
+        self.client
+            .put(
+                Service::Network,
+                &format!("/floatingips/{}", f.id),
+                &json!({"floatingip": {"port_id": null}}),
+            )
             .await
-        {
-            Ok(()) => {}
-            Err(e) if e.is_not_found() => {}
-            Err(e) => {
-                return Err(cloud_error(
-                    format!("deleting floating IP {}", f.floating_ip_address),
-                    e,
-                ));
-            }
-        }
-        tracing::info!(fip = %f.floating_ip_address, "deleted floating IP");
+            .map_err(|e| cloud_error(format!("detaching floating IP {}", f.floating_ip_address), e))?;
+        tracing::info!(fip = %f.floating_ip_address, made_for_the_service = ours, "detached the floating IP (kept)");
         Ok(())
     }
 }

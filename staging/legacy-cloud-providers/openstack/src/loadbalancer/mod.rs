@@ -127,7 +127,7 @@ impl LoadBalancer for OpenStackCloud {
             tracing::warn!(error = %e, "keeping the floating IP");
             true
         });
-        self.release_floating_ip(cluster, service, &lb, keep, false)
+        self.release_floating_ip(cluster, service, &lb, keep, true)
             .await?;
         self.delete_load_balancer(&lb, self.config.load_balancer.cascade_delete)
             .await?;
