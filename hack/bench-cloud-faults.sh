@@ -47,7 +47,7 @@ run() {
   if ((status != 0)); then
     failed+=("$1 $2")
     echo "-- the run failed (exit $status); the CCM's warnings and errors, and what it said about the leftovers:"
-    grep -E ' (WARN|ERROR) |^node-group rules' "$log" | tail -40 || true
+    grep -E ' (WARN|ERROR) |^node-group rules' "$log" | tail -10 || true
   fi
   rm -f "$log"
 }
