@@ -26,8 +26,16 @@ start=$(date +%s)
 rc=0
 (cd "$work/main" && env -u CARGO_TARGET_DIR RCP_CACHE_DIR="$work/cache" CI=true .ci/run) >"$work/log" 2>&1 || rc=$?
 took=$(($(date +%s) - start))
-tests=$(grep -o '[0-9]* tests run: [0-9]* passed[^)]*' "$work/log" | tail -1 || true)
+tests=$(grep -o '[0-9]* tests run: [0-9]* passed[^,]*' "$work/log" | tail -1 || true)
 echo "cold CI at $commit: ${took} s ($((took / 60)) min $((took % 60)) s), exit $rc; ${tests:-no test summary}"
-grep '^\[test.sh\]' "$work/log" || true
+# hack/test.sh prints "[test.sh] <step> (previous step N s, …)" as each step starts: one line
+# per step with its own time instead.
+grep '^\[test.sh\] ' "$work/log" | awk '
+  match($0, /\(previous step +[0-9]+ s/) {
+    secs = substr($0, RSTART, RLENGTH); gsub(/[^0-9]/, "", secs)
+    if (step != "") printf "%5d s  %s\n", secs, step
+  }
+  { step = $0; sub(/^\[test.sh\] /, "", step); sub(/ *\(previous step.*$/, "", step) }
+' || true
 ((keep)) && echo "log: $work/log"
 exit "$rc"

@@ -4,8 +4,8 @@
 # number of execs at this code version). Each target's corpus lives in the cache
 # ($CACHE/fuzz-corpus/<target>, seeded from fuzz/corpus/) and grows from run to run; every run is
 # added to $CACHE/fuzz-corpus/<target>.runs with the code version it ran (a hash of the sources
-# the targets compile: staging/, hack/fuzz-targets, fuzz/fuzz_targets and Cargo.lock at HEAD;
-# "dirty" when the working tree differs there). The crash-free execs a target has survived at
+# the target compiles at HEAD, see code_version below; "dirty" when the working tree differs
+# there). The crash-free execs a target has survived at
 # this code version are printed beside those of this run: runs of other versions never count.
 # A crash is saved under fuzz/artifacts/<target>/; copy it to fuzz/regressions/<target>/ with the
 # fix, so hack/fuzz-targets' unit test replays it in CI.
@@ -52,16 +52,30 @@ export CARGO_TARGET_DIR="$CACHE/fuzz-target"
 [[ $sanitizer == address ]] || CARGO_TARGET_DIR="$CACHE/fuzz-target-$sanitizer"
 cargo +nightly fuzz build "${build[@]}"
 mkdir -p "$CACHE/fuzz-corpus"
-# The code version: what the targets compile, as committed; "dirty" when it differs in the tree.
-sources=(staging hack/fuzz-targets fuzz/fuzz_targets Cargo.lock)
-if git diff --quiet HEAD -- "${sources[@]}" && [[ -z $(git ls-files --others --exclude-standard -- "${sources[@]}") ]]; then
-  version=$(for p in "${sources[@]}"; do git rev-parse "HEAD:$p"; done | sha1sum | cut -c1-12)
-else
-  version=dirty
-fi
+# The code version of a target: what it compiles, as committed ("dirty" when that differs in the
+# tree): the framework crates, the staged crates of its provider (a target named aws_*,
+# vsphere_* or openstack_*; the others none), hack/fuzz-targets, its fuzz/fuzz_targets file,
+# and the external crates of Cargo.lock (the workspace's own entries left out: a version bump
+# changes no code). A change to another provider's code leaves a target's count alone.
+code_version() {
+  local t=$1 sources=(staging/cloud-provider staging/controller-manager hack/fuzz-targets "fuzz/fuzz_targets/$t.rs")
+  case $t in
+    aws_*) sources+=(staging/legacy-cloud-providers/aws) ;;
+    vsphere_*) sources+=(staging/legacy-cloud-providers/vsphere staging/vsphere-api) ;;
+    openstack_*) sources+=(staging/legacy-cloud-providers/openstack) ;;
+  esac
+  if ! git diff --quiet HEAD -- "${sources[@]}" Cargo.lock || [[ -n $(git ls-files --others --exclude-standard -- "${sources[@]}") ]]; then
+    echo dirty; return
+  fi
+  {
+    for p in "${sources[@]}"; do git rev-parse "HEAD:$p"; done
+    git show HEAD:Cargo.lock | awk 'BEGIN { RS = ""; ORS = "\n\n" } /\nsource = / || !/^\[\[package\]\]/'
+  } | sha1sum | cut -c1-12
+}
 commit=$(git rev-parse --short=7 HEAD)
 status=0
 for t in "${targets[@]}"; do
+  version=$(code_version "$t")
   corpus="$CACHE/fuzz-corpus/$t"
   mkdir -p "$corpus"
   cp -rn "fuzz/corpus/$t/." "$corpus/"
