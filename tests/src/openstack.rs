@@ -423,7 +423,20 @@ impl Project {
         // Keystone's revocation events have a one-second resolution: a token issued in the same
         // second as the revocation would survive it.
         tokio::time::sleep(Duration::from_millis(1100)).await;
-        self.session = Session::login(&self.name, &self.password, &self.name).await?;
+        // Each keystone worker caches users in its own memory: one that has not seen the user
+        // enabled again refuses the password for a moment (401). Asked again, up to 10 s.
+        let mut attempt = 0;
+        self.session = loop {
+            match Session::login(&self.name, &self.password, &self.name).await {
+                Ok(s) => break s,
+                Err(e) if attempt < 20 => {
+                    tracing::debug!(error = %e, "keystone refused the re-enabled user; asking again");
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         Ok(())
     }
 
