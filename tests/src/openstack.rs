@@ -423,8 +423,9 @@ impl Project {
         // Keystone's revocation events have a one-second resolution: a token issued in the same
         // second as the revocation would survive it.
         tokio::time::sleep(Duration::from_millis(1100)).await;
-        // Each keystone worker caches users in its own memory: one that has not seen the user
-        // enabled again refuses the password for a moment (401). Asked again, up to 10 s.
+        // Keystone may still refuse the re-enabled user for a moment (401 right after the wait,
+        // seen in CI under load; its revocation events and user cache are time-based): asked
+        // again, up to 10 s.
         let mut attempt = 0;
         self.session = loop {
             match Session::login(&self.name, &self.password, &self.name).await {
