@@ -24,17 +24,14 @@ use std::collections::BTreeSet;
 
 use k8s_cloud_provider::{CloudError, CloudResult};
 use k8s_openapi::api::core::v1::Service as KubeService;
-use serde::Deserialize;
 
 use crate::{
     OpenStackCloud,
     client::Service,
     cloud_error,
-    loadbalancer::{OctaviaLoadBalancer, floating_ip_description, load_balancer_name},
+    loadbalancer::{FloatingIp, OctaviaLoadBalancer, floating_ip_description, load_balancer_name},
 };
 
-/// The finalizer of the service controller's load-balancer cleanup.
-const CLEANUP_FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
 /// Octavia's longest name: a name this long may have been cut.
 const MAX_NAME: usize = 255;
 
@@ -72,25 +69,12 @@ pub struct Orphan {
     pub reason: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-struct FloatingIp {
-    id: String,
-    floating_ip_address: String,
-    #[serde(default)]
-    description: String,
-    #[serde(default)]
-    port_id: Option<String>,
-}
-
 /// Whether `service` wants its load balancer (`type: LoadBalancer`, or the cleanup finalizer
 /// still on it).
 fn wants_load_balancer(service: &KubeService) -> bool {
+    // Any `type: LoadBalancer`, a load-balancer class included: doubt keeps.
     service.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
-        || service
-            .metadata
-            .finalizers
-            .as_ref()
-            .is_some_and(|f| f.iter().any(|f| f == CLEANUP_FINALIZER))
+        || k8s_cloud_provider::service::helpers::has_lb_finalizer(service)
 }
 
 /// The load-balancer names the Services want.

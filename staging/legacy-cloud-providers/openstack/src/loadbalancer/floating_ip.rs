@@ -19,15 +19,15 @@ use crate::{
     cloud_error,
 };
 
-/// A neutron floating IP.
+/// A neutron floating IP (what this crate reads of one).
 #[derive(Debug, Clone, Deserialize)]
-pub(super) struct FloatingIp {
-    pub(super) id: String,
-    pub(super) floating_ip_address: String,
+pub(crate) struct FloatingIp {
+    pub(crate) id: String,
+    pub(crate) floating_ip_address: String,
     #[serde(default)]
-    pub(super) description: String,
+    pub(crate) description: String,
     #[serde(default)]
-    pub(super) port_id: Option<String>,
+    pub(crate) port_id: Option<String>,
 }
 
 /// The description of the floating IP made for `service` in `cluster` (OCCM's).

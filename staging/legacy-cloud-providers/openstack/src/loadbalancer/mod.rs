@@ -34,6 +34,7 @@ mod floating_ip;
 mod octavia;
 mod options;
 
+pub(crate) use floating_ip::FloatingIp;
 pub use floating_ip::floating_ip_description;
 pub use octavia::OctaviaLoadBalancer;
 pub use options::*;
