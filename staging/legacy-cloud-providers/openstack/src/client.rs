@@ -675,7 +675,7 @@ fn path_without_query(path: &str) -> &str {
 
 /// A short form of a request body for a dry-run record (at most 400 characters; request
 /// bodies of this client carry no secret: keystone's token request is never refused).
-fn summary(body: &Value) -> String {
+pub(crate) fn summary(body: &Value) -> String {
     let mut s = body.to_string();
     if s.len() > 400 {
         let cut = (0..=400).rev().find(|i| s.is_char_boundary(*i)).unwrap_or(0);

@@ -132,6 +132,30 @@ pub struct LoadBalancerOptions {
     pub availability_zone: String,
     /// Health monitors.
     pub monitor: MonitorOptions,
+    /// `max-shared-lb` (2): how many Services may share one load balancer (through the
+    /// `loadbalancer.openstack.org/load-balancer-id` annotation).
+    pub max_shared_lb: u32,
+    /// `node-selector`: `key=value,key2` labels a Node needs to be a member (empty: every
+    /// Node); the `loadbalancer.openstack.org/node-selector` annotation overrides it.
+    pub node_selector: String,
+    /// `[LoadBalancerClass "<name>"]` sections, chosen by the
+    /// `loadbalancer.openstack.org/class` annotation.
+    pub classes: std::collections::BTreeMap<String, LoadBalancerClass>,
+}
+
+/// `[LoadBalancerClass "<name>"]`: networks and subnets a Service picks by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadBalancerClass {
+    /// `floating-network-id`.
+    pub floating_network_id: String,
+    /// `floating-subnet-id`.
+    pub floating_subnet_id: String,
+    /// `network-id`: the VIP's network.
+    pub network_id: String,
+    /// `subnet-id`: the VIP's subnet.
+    pub subnet_id: String,
+    /// `member-subnet-id`.
+    pub member_subnet_id: String,
 }
 
 impl Default for LoadBalancerOptions {
@@ -156,6 +180,9 @@ impl Default for LoadBalancerOptions {
                 max_retries: 1,
                 max_retries_down: 3,
             },
+            max_shared_lb: 2,
+            node_selector: String::new(),
+            classes: Default::default(),
         }
     }
 }
@@ -214,6 +241,23 @@ pub struct OpenStackConfig {
     pub route: RouteOptions,
     /// Unknown sections and keys (upstream warns and goes on).
     pub warnings: Vec<String>,
+}
+
+/// Why an OCCM `[LoadBalancer]` key is not acted on (the README's table says the same).
+fn unsupported_why(key: &str) -> &'static str {
+    match key {
+        "floating-subnet" | "floating-subnet-tags" => {
+            "floating subnets chosen by name pattern or tags; use floating-subnet-id"
+        }
+        "default-tls-container-ref" | "container-store" => {
+            "TLS-terminating listeners need barbican, which the test cloud lacks; not implemented"
+        }
+        "enable-ingress-hostname" | "ingress-hostname-suffix" => {
+            "status hostnames for PROXY protocol; use the loadbalancer.openstack.org/hostname annotation"
+        }
+        "provider-requires-serial-api-calls" => "members are always set in one batch call",
+        _ => "not implemented",
+    }
 }
 
 fn place(section: &gcfg::Section, e: &gcfg::Entry) -> String {
@@ -337,11 +381,35 @@ impl OpenStackConfig {
                     ("loadbalancer", "monitor-max-retries-down") => {
                         lb.monitor.max_retries_down = count(s, e)?
                     }
-                    ("loadbalancer", "manage-security-groups") if boolean(s, e)? => {
-                        return Err(ConfigError(format!(
-                            "{}: security group management is not supported by this provider yet; set it to false",
-                            place(s, e)
-                        )));
+                    ("loadbalancer", "max-shared-lb") => {
+                        lb.max_shared_lb = count(s, e)?;
+                        if lb.max_shared_lb == 0 {
+                            return Err(ConfigError(format!(
+                                "{}: 0 is not a number of Services (at least 1)",
+                                place(s, e)
+                            )));
+                        }
+                    }
+                    ("loadbalancer", "node-selector") => lb.node_selector = text(s, e)?,
+                    // Keys OCCM documents that this provider does not act on: warned, never
+                    // fatal, so that an OCCM cloud.conf is read unchanged.
+                    ("loadbalancer", "manage-security-groups") if boolean(s, e)? => config.warnings.push(format!(
+                        "{}: security groups are not managed by this provider: the Nodes' security groups must let the load balancers reach the NodePorts",
+                        place(s, e)
+                    )),
+                    ("loadbalancer", "manage-security-groups") => {}
+                    ("loadbalancer", "lb-version") => {
+                        let v = text(s, e)?;
+                        if !v.is_empty() && v != "v2" {
+                            return Err(ConfigError(format!("{}: {v:?} is not v2 (the only Octavia API)", place(s, e))));
+                        }
+                    }
+                    ("loadbalancer", key @ ("floating-subnet" | "floating-subnet-tags" | "default-tls-container-ref" | "container-store" | "enable-ingress-hostname" | "ingress-hostname-suffix" | "provider-requires-serial-api-calls")) => {
+                        config.warnings.push(format!(
+                            "{}: not supported by this provider, ignored ({})",
+                            place(s, e),
+                            unsupported_why(key)
+                        ))
                     }
                     ("networking", "ipv6-support-disabled") => net.ipv6_support_disabled = boolean(s, e)?,
                     ("networking", "public-network-name") => net.public_network_names.push(text(s, e)?),
@@ -371,6 +439,30 @@ impl OpenStackConfig {
                         config.metadata.request_timeout = Some(duration(s, e)?)
                     }
                     ("route", "router-id") => config.route.router_id = text(s, e)?,
+                    ("loadbalancerclass", _) => {
+                        let Some(class) = s.subsection.clone() else {
+                            return Err(ConfigError(format!(
+                                "{}: a [LoadBalancerClass] section needs a name: [LoadBalancerClass \"<name>\"]",
+                                place(s, e)
+                            )));
+                        };
+                        let c = lb.classes.entry(class).or_default();
+                        match key.as_str() {
+                            "floating-network-id" => c.floating_network_id = text(s, e)?,
+                            "floating-subnet-id" => c.floating_subnet_id = text(s, e)?,
+                            "network-id" => c.network_id = text(s, e)?,
+                            "subnet-id" => c.subnet_id = text(s, e)?,
+                            "member-subnet-id" => c.member_subnet_id = text(s, e)?,
+                            "floating-subnet" | "floating-subnet-tags" => config.warnings.push(format!(
+                                "{}: not supported by this provider, ignored ({})",
+                                place(s, e),
+                                unsupported_why(&key)
+                            )),
+                            _ => config
+                                .warnings
+                                .push(format!("{}: unknown key, ignored", place(s, e))),
+                        }
+                    }
                     ("global" | "loadbalancer" | "networking" | "metadata" | "route", _) => config
                         .warnings
                         .push(format!("{}: unknown key, ignored", place(s, e))),
@@ -379,7 +471,7 @@ impl OpenStackConfig {
             }
             if !matches!(
                 name.as_str(),
-                "global" | "loadbalancer" | "networking" | "metadata" | "route"
+                "global" | "loadbalancer" | "networking" | "metadata" | "route" | "loadbalancerclass"
             ) {
                 config.warnings.push(format!(
                     "{} (line {}): unknown section, ignored",
@@ -649,6 +741,68 @@ bs-version = v3
 
     /// OCCM's documented `os-endpoint-type` (an earlier version logged it as an unknown key and
     /// used public endpoints); `member-subnet-id` too.
+    #[test]
+    fn occm_shared_load_balancers_classes_and_keys_not_acted_on() {
+        let c = OpenStackConfig::parse(Some(
+            br#"[LoadBalancer]
+max-shared-lb = 5
+node-selector = "env=prod, lb"
+manage-security-groups = true
+lb-version = v2
+floating-subnet = public-*
+enable-ingress-hostname = true
+[LoadBalancerClass "internet"]
+floating-network-id = ext-net
+floating-subnet-id = ext-sub
+member-subnet-id = members
+[LoadBalancerClass "cheap"]
+subnet-id = vip-sub
+floating-subnet-tags = a&b
+colour = blue
+"#,
+        ))
+        .unwrap();
+        let lb = &c.load_balancer;
+        assert_eq!(lb.max_shared_lb, 5);
+        assert_eq!(lb.node_selector, "env=prod, lb");
+        assert_eq!(lb.classes.len(), 2);
+        assert_eq!(lb.classes["internet"].floating_network_id, "ext-net");
+        assert_eq!(lb.classes["internet"].floating_subnet_id, "ext-sub");
+        assert_eq!(lb.classes["internet"].member_subnet_id, "members");
+        assert_eq!(lb.classes["cheap"].subnet_id, "vip-sub");
+        // Warned, never fatal: an OCCM cloud.conf is read unchanged.
+        let w = c.warnings.join("\n");
+        for key in [
+            "manage-security-groups",
+            "floating-subnet ",
+            "enable-ingress-hostname",
+            "floating-subnet-tags",
+            "colour",
+        ] {
+            assert!(w.contains(key), "{key} not warned: {w}");
+        }
+        assert_eq!(c.warnings.len(), 5, "{w}");
+        assert_eq!(
+            OpenStackConfig::parse(Some(b"[LoadBalancer]\nmax-shared-lb = 2\n"))
+                .unwrap()
+                .load_balancer
+                .max_shared_lb,
+            2
+        );
+        assert_eq!(OpenStackConfig::default().load_balancer.max_shared_lb, 2);
+        for (bad, names) in [
+            ("[LoadBalancer]\nmax-shared-lb = 0\n", "max-shared-lb"),
+            ("[LoadBalancer]\nmax-shared-lb = many\n", "many"),
+            ("[LoadBalancer]\nlb-version = v1\n", "v1"),
+            ("[LoadBalancerClass]\nsubnet-id = x\n", "needs a name"),
+        ] {
+            let e = OpenStackConfig::parse(Some(bad.as_bytes()))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(names), "{bad:?}: {e}");
+        }
+    }
+
     #[test]
     fn occm_endpoint_type_and_member_subnet() {
         let c = OpenStackConfig::parse(Some(

@@ -96,6 +96,11 @@ pub struct ServerFlavor {
 pub struct OpenStackCloud {
     config: OpenStackConfig,
     client: Arc<OpenStackClient>,
+    /// Octavia's API version `(2, minor)`, read once (features are checked against it).
+    octavia_version: tokio::sync::OnceCell<(u32, u32)>,
+    /// The API server, from [`CloudProvider::initialize`]: a load balancer named for another
+    /// Service is deleted only after that Service is read gone.
+    kube: std::sync::OnceLock<kube::Client>,
 }
 
 impl std::fmt::Debug for OpenStackCloud {
@@ -193,6 +198,8 @@ impl OpenStackCloud {
         Ok(Self {
             config,
             client: Arc::new(client),
+            octavia_version: tokio::sync::OnceCell::new(),
+            kube: std::sync::OnceLock::new(),
         })
     }
 
@@ -278,6 +285,7 @@ impl CloudProvider for OpenStackCloud {
     }
 
     async fn initialize(&self, ctx: InitContext) -> CloudResult<()> {
+        let _ = self.kube.set(ctx.client.clone());
         if let Some(dry_run) = ctx.dry_run {
             // Shadow mode: from now on no OpenStack write is sent (see `set_dry_run`).
             self.client.set_dry_run(dry_run);

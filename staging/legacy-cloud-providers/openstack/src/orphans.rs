@@ -29,7 +29,10 @@ use crate::{
     OpenStackCloud,
     client::Service,
     cloud_error,
-    loadbalancer::{FloatingIp, OctaviaLoadBalancer, floating_ip_description, load_balancer_name},
+    loadbalancer::{
+        ANNOTATION_LOAD_BALANCER_ID, FloatingIp, OctaviaLoadBalancer, floating_ip_description,
+        load_balancer_name,
+    },
 };
 
 /// Octavia's longest name: a name this long may have been cut.
@@ -86,6 +89,22 @@ fn wanted_names(cluster: &str, services: &[KubeService]) -> BTreeSet<String> {
         .collect()
 }
 
+/// The load balancers the Services name with `loadbalancer.openstack.org/load-balancer-id`.
+fn wanted_ids(services: &[KubeService]) -> BTreeSet<String> {
+    services
+        .iter()
+        .filter(|s| wants_load_balancer(s))
+        .filter_map(|s| s.metadata.annotations.as_ref()?.get(ANNOTATION_LOAD_BALANCER_ID))
+        .map(|id| id.trim().to_string())
+        .collect()
+}
+
+/// Whether a Service uses the load balancer: by its name, by a Service tag (a shared one
+/// carries the name of every Service using it), or through `load-balancer-id`.
+fn in_use(lb: &OctaviaLoadBalancer, wanted: &BTreeSet<String>, ids: &BTreeSet<String>) -> bool {
+    wanted.contains(&lb.name) || lb.tags.iter().any(|t| wanted.contains(t)) || ids.contains(&lb.id)
+}
+
 /// `namespace/name` of the Service a load balancer named `name` is for, when the name is one
 /// of this cluster's and was not cut.
 fn owner_of(cluster: &str, name: &str) -> Option<String> {
@@ -125,6 +144,7 @@ impl OpenStackCloud {
     /// The orphans of `cluster` given every Service of the cluster.
     pub async fn orphans(&self, cluster: &str, services: &[KubeService]) -> CloudResult<Vec<Orphan>> {
         let wanted = wanted_names(cluster, services);
+        let ids = wanted_ids(services);
         let mut out = Vec::new();
         // VIP port → orphan load balancer's name.
         let mut orphan_ports: std::collections::BTreeMap<String, String> = Default::default();
@@ -138,7 +158,7 @@ impl OpenStackCloud {
                 let Some(owner) = owner_of(cluster, &lb.name) else {
                     continue;
                 };
-                if wanted.contains(&lb.name)
+                if in_use(&lb, &wanted, &ids)
                     || lb.provisioning_status.starts_with("PENDING_")
                     || lb.provisioning_status == "DELETED"
                 {
@@ -224,8 +244,11 @@ impl OpenStackCloud {
                 if lb.name != orphan.name || owner_of(cluster, &lb.name).is_none() {
                     return Err(refuse(format!("it is now named {:?}", lb.name)));
                 }
-                if wanted_names(cluster, services).contains(&lb.name) {
-                    return Err(refuse(format!("Service {} wants it now", orphan.owner)));
+                if in_use(&lb, &wanted_names(cluster, services), &wanted_ids(services)) {
+                    return Err(refuse(format!(
+                        "a Service uses it now (Service {}, a Service tag, or a load-balancer-id annotation)",
+                        orphan.owner
+                    )));
                 }
                 self.delete_load_balancer(&lb, true).await
             }
@@ -254,10 +277,11 @@ impl OpenStackCloud {
                         .await
                         .map_err(|e| cloud_error(format!("finding the load balancer of port {port}"), e))?;
                     let wanted = wanted_names(cluster, services);
+                    let ids = wanted_ids(services);
                     let orphan_lb = lbs.iter().any(|lb| {
                         lb.vip_port_id == port
                             && owner_of(cluster, &lb.name).is_some()
-                            && !wanted.contains(&lb.name)
+                            && !in_use(lb, &wanted, &ids)
                     });
                     if !orphan_lb {
                         return Err(refuse(format!(

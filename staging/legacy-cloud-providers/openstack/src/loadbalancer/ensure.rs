@@ -1,26 +1,98 @@
-//! Creating and updating a Service's load balancer: listeners, pools, members, monitors and
-//! the floating IP.
+//! Creating and updating a Service's load balancer: which load balancer (its own, or a shared
+//! one), the checks OCCM makes before using it, its listeners (`listeners.rs`), the floating IP
+//! and the load balancer's Service tags.
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    sync::Arc,
-};
+use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_cloud_provider::{
     CloudError, CloudResult,
     service::helpers::{is_allow_all, load_balancer_backends, load_balancer_source_ranges},
 };
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service as KubeService};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::{octavia::*, options::*, status_for};
+use super::{floating_ip::floating_ip_description, octavia::*, options::*, status_for};
 use crate::{
     OpenStackCloud,
     client::{Service, decode},
     cloud_error,
 };
 
+/// The load balancer a Service uses.
+pub(super) struct ServiceLoadBalancer {
+    /// The load balancer.
+    pub(super) lb: OctaviaLoadBalancer,
+    /// Whether it is the Service's own (its name, or its legacy name), not another Service's
+    /// shared through `load-balancer-id`: only the owner gives it a floating IP, and only a
+    /// load balancer with the Service's current name is ever deleted for it.
+    pub(super) owner: bool,
+}
+
+/// The `<namespace>/<name>` a `kube_service_<cluster>_<namespace>_<name>` load balancer name
+/// is for (namespaces and names have no `_`), if it is named for a Service of `cluster`.
+pub(super) fn service_of_load_balancer_name(cluster: &str, name: &str) -> Option<(String, String)> {
+    let rest = name
+        .strip_prefix(SERVICE_PREFIX)?
+        .strip_prefix(cluster)?
+        .strip_prefix('_')?;
+    let (ns, svc) = rest.split_once('_')?;
+    (!ns.is_empty() && !svc.is_empty() && !svc.contains('_')).then(|| (ns.to_string(), svc.to_string()))
+}
+
+/// The Service load balancer names among a load balancer's tags (OCCM tags a load balancer
+/// with the name of every Service that uses it).
+pub(super) fn service_tags(lb: &OctaviaLoadBalancer) -> impl Iterator<Item = &str> {
+    lb.tags
+        .iter()
+        .map(String::as_str)
+        .filter(|t| t.starts_with(SERVICE_PREFIX))
+}
+
 impl OpenStackCloud {
+    /// The Service's load balancer: the one `load-balancer-id` names (`lb_id`), else the one
+    /// with its name, else the one with its legacy `a<uid>` name (as OCCM looks them up).
+    pub(super) async fn service_load_balancer(
+        &self,
+        cluster: &str,
+        service: &KubeService,
+        lb_id: Option<&str>,
+    ) -> CloudResult<Option<ServiceLoadBalancer>> {
+        let name = load_balancer_name(cluster, service);
+        let legacy = legacy_load_balancer_name(service);
+        let is_own = |lb: &OctaviaLoadBalancer| lb.name == name || Some(&lb.name) == legacy.as_ref();
+        if let Some(id) = lb_id {
+            let Some(lb) = self.load_balancer_by_id(id).await? else {
+                return Ok(None);
+            };
+            let owner = is_own(&lb);
+            if !owner
+                && lb.name.starts_with(SERVICE_PREFIX)
+                && lb.name.ends_with(&format!(
+                    "_{}_{}",
+                    service.metadata.namespace.as_deref().unwrap_or("default"),
+                    service.metadata.name.as_deref().unwrap_or_default()
+                ))
+            {
+                // OCCM renames it (the cluster name changed); renaming a load balancer another
+                // cluster may own is not done on doubt.
+                return Err(CloudError::msg(format!(
+                    "annotation {ANNOTATION_LOAD_BALANCER_ID}: load balancer {id} is named {:?}, for this Service under another cluster name than {cluster:?} (--cluster-name); it is not renamed: rename it in Octavia to {name:?} if this cluster owns it",
+                    lb.name
+                )));
+            }
+            return Ok(Some(ServiceLoadBalancer { lb, owner }));
+        }
+        if let Some(lb) = self.find_load_balancer(&name).await? {
+            return Ok(Some(ServiceLoadBalancer { lb, owner: true }));
+        }
+        if let Some(legacy) = &legacy
+            && let Some(lb) = self.find_load_balancer(legacy).await?
+        {
+            return Ok(Some(ServiceLoadBalancer { lb, owner: true }));
+        }
+        Ok(None)
+    }
+
     /// Creates or updates everything; returns the status and the backends left out for want of
     /// an InternalIP.
     pub(super) async fn ensure(
@@ -38,97 +110,77 @@ impl OpenStackCloud {
         } else {
             ranges.iter().map(ToString::to_string).collect()
         };
-        // Members: each backend's first InternalIP of the Service's primary family (a Node
-        // without one is left out, with a log). No backend at all is an error, as in OCCM: the
-        // members there are never wiped for it.
-        let ipv6 = service_wants_ipv6(service);
-        let backends = load_balancer_backends(nodes);
-        if backends.is_empty() {
+        // OCCM ignores the ranges (with a Warning) where Octavia has no VIP ACLs; a load
+        // balancer open to all that its Service restricts is not made here.
+        if !allowed_cidrs.is_empty() && !self.octavia_supports(OctaviaFeature::VipAcl).await? {
             return Err(CloudError::msg(format!(
-                "there are no available nodes for LoadBalancer service {}/{}: the load balancer's members are left as they are",
-                service.metadata.namespace.as_deref().unwrap_or("default"),
-                service.metadata.name.as_deref().unwrap_or_default()
+                "loadBalancerSourceRanges {}: this Octavia (or lb-provider {:?}) has no listener ACLs (API 2.12); the load balancer is not made open to all",
+                allowed_cidrs.join(","),
+                self.config.load_balancer.lb_provider
             )));
         }
-        let mut members: BTreeMap<String, String> = BTreeMap::new();
-        let mut skipped = Vec::new();
-        for n in backends {
-            let node = n.metadata.name.clone().unwrap_or_default();
-            match member_address(&n, ipv6) {
-                Some(ip) => {
-                    members.insert(node, ip);
-                }
-                None => {
-                    let family = if ipv6 { "IPv6" } else { "IPv4" };
-                    tracing::warn!(
-                        node,
-                        family,
-                        "no InternalIP of the Service's family: not a load balancer member"
-                    );
-                    skipped.push(node);
-                }
-            }
-        }
-        if members.is_empty() {
-            return Err(CloudError::msg(format!(
-                "no backend Node has an InternalIP of the Service's IP family ({}): the load balancer's members are left as they are",
-                if ipv6 { "IPv6" } else { "IPv4" }
-            )));
-        }
+        let members = self.members(service, nodes, &opts)?;
 
-        let (lb, created) = match self.find_load_balancer(&name).await? {
-            Some(lb) => (lb, false),
+        let tags = self.octavia_supports(OctaviaFeature::Tags).await?;
+        let (ServiceLoadBalancer { lb, owner }, created) = match self
+            .service_load_balancer(cluster, service, opts.load_balancer_id.as_deref())
+            .await?
+        {
+            Some(found) => (found, false),
             None => {
-                let ns = service.metadata.namespace.as_deref().unwrap_or("default");
-                let svc = service.metadata.name.as_deref().unwrap_or_default();
-                let mut body = json!({
-                    "name": name,
-                    "description": format!("Kubernetes external service {ns}/{svc} from cluster {cluster}"),
-                    "tags": [name],
-                });
-                if !opts.port_id.is_empty() {
-                    body["vip_port_id"] = json!(opts.port_id);
-                } else if !opts.subnet_id.is_empty() {
-                    body["vip_subnet_id"] = json!(opts.subnet_id);
-                } else {
-                    body["vip_network_id"] = json!(opts.network_id);
+                if let Some(id) = &opts.load_balancer_id {
+                    return Err(CloudError::msg(format!(
+                        "annotation {ANNOTATION_LOAD_BALANCER_ID}: Octavia has no load balancer {id}"
+                    )));
                 }
-                let provider = &self.config.load_balancer.lb_provider;
-                if !provider.is_empty() {
-                    body["provider"] = json!(provider);
-                }
-                if !opts.flavor_id.is_empty() {
-                    body["flavor_id"] = json!(opts.flavor_id);
-                }
-                if !opts.availability_zone.is_empty() {
-                    body["availability_zone"] = json!(opts.availability_zone);
-                }
-                let v = self
-                    .client
-                    .post(
-                        Service::LoadBalancer,
-                        &format!("{LBAAS}/loadbalancers"),
-                        &json!({"loadbalancer": body}),
-                    )
-                    .await
-                    .map_err(|e| cloud_error(format!("creating load balancer {name}"), e))?;
-                let created: OctaviaLoadBalancer = decode(&v, "loadbalancer", "loadbalancers")
-                    .map_err(|e| cloud_error("creating load balancer", e))?;
-                tracing::info!(lb = %created.id, %name, "created Octavia load balancer");
-                (created, true)
+                let lb = self
+                    .create_load_balancer(cluster, service, &name, &opts, tags)
+                    .await?;
+                (ServiceLoadBalancer { lb, owner: true }, true)
             }
         };
+        let others: Vec<&str> = service_tags(&lb).filter(|t| *t != name).collect();
+        if !owner {
+            if !tags {
+                return Err(CloudError::msg(format!(
+                    "annotation {ANNOTATION_LOAD_BALANCER_ID}: sharing load balancer {} needs Octavia's tags (API 2.5), which this Octavia lacks",
+                    lb.id
+                )));
+            }
+            let max = self.config.load_balancer.max_shared_lb;
+            if !lb.tags.contains(&name) && others.len() + 1 > max as usize {
+                return Err(CloudError::msg(format!(
+                    "annotation {ANNOTATION_LOAD_BALANCER_ID}: load balancer {} is already shared by {} Services ({}), the most [LoadBalancer] max-shared-lb = {max} allows",
+                    lb.id,
+                    others.len(),
+                    others.join(", ")
+                )));
+            }
+            // As OCCM: an internal Service never shares (its owner may be made external).
+            if opts.internal {
+                return Err(CloudError::msg(format!(
+                    "annotation {ANNOTATION_LOAD_BALANCER_ID}: an internal Service cannot share a load balancer ({})",
+                    lb.id
+                )));
+            }
+        }
         let lb = match self.wait_settled(&lb.id).await? {
             None => {
                 return Err(CloudError::msg(format!(
-                    "load balancer {name} ({}) disappeared",
-                    lb.id
+                    "load balancer {} ({}) disappeared",
+                    lb.name, lb.id
                 )));
             }
             // As OCCM: a load balancer that went into ERROR when it was made is deleted, and
             // made again by the retried sync. Also one found in ERROR that never served (the
-            // Service shows no address yet: its creating sync was cut short).
-            Some(l) if l.is_error() && (created || !has_ingress(service)) => {
+            // Service shows no address yet: its creating sync was cut short). Only one with
+            // this Service's name that no other Service uses.
+            Some(l)
+                if l.is_error()
+                    && l.name == name
+                    && others.is_empty()
+                    && (created || !has_ingress(service)) =>
+            {
                 self.delete_load_balancer(&l, self.config.load_balancer.cascade_delete)
                     .await?;
                 return Err(CloudError::msg(format!(
@@ -140,246 +192,47 @@ impl OpenStackCloud {
             // refuses changes to it anyway).
             Some(l) if l.is_error() => {
                 return Err(CloudError::msg(format!(
-                    "load balancer {name} ({}) is in ERROR in Octavia: left as it is (it may still serve); repair it in Octavia (e.g. a failover), or delete the Service to delete it",
-                    l.id
+                    "load balancer {} ({}) is in ERROR in Octavia: left as it is (it may still serve); repair it in Octavia (e.g. a failover), or delete the Service{}",
+                    l.name,
+                    l.id,
+                    if owner && others.is_empty() {
+                        " to delete it"
+                    } else {
+                        ""
+                    }
                 )));
             }
             Some(l) => l,
         };
 
-        let listeners: Vec<Listener> = self
-            .client
-            .list(
-                Service::LoadBalancer,
-                &format!("{LBAAS}/listeners?loadbalancer_id={}", lb.id),
-                "listeners",
-            )
-            .await
-            .map_err(|e| cloud_error(format!("listing listeners of {}", lb.id), e))?;
-        let mut kept = BTreeSet::new();
-        for (i, port) in ports.iter().enumerate() {
-            let listener = match listeners
-                .iter()
-                .find(|l| l.protocol == port.protocol && l.protocol_port == port.port)
-            {
-                Some(l) => {
-                    // One update with every field that differs.
-                    let mut change = serde_json::Map::new();
-                    let current = l.allowed_cidrs.clone().unwrap_or_default();
-                    if current.iter().collect::<BTreeSet<_>>()
-                        != allowed_cidrs.iter().collect::<BTreeSet<_>>()
-                    {
-                        change.insert(
-                            "allowed_cidrs".into(),
-                            if allowed_cidrs.is_empty() {
-                                Value::Null
-                            } else {
-                                json!(allowed_cidrs)
-                            },
-                        );
-                    }
-                    for (field, want) in &opts.listener_settings {
-                        if l.settings.get(*field).and_then(Value::as_i64) != Some(*want) {
-                            change.insert((*field).into(), json!(want));
-                        }
-                    }
-                    if !change.is_empty() {
-                        self.lb_put(
-                            &lb.id,
-                            &format!("{LBAAS}/listeners/{}", l.id),
-                            json!({"listener": change}),
-                            "listener",
-                        )
-                        .await?;
-                    }
-                    l.clone()
-                }
-                None => {
-                    let mut body = json!({
-                        "name": cut(format!("listener_{i}_{name}")),
-                        "protocol": port.protocol,
-                        "protocol_port": port.port,
-                        "loadbalancer_id": lb.id,
-                        "tags": [name],
-                    });
-                    if !allowed_cidrs.is_empty() {
-                        body["allowed_cidrs"] = json!(allowed_cidrs);
-                    }
-                    for (field, value) in &opts.listener_settings {
-                        body[*field] = json!(value);
-                    }
-                    let v = self
-                        .lb_post(
-                            &lb.id,
-                            &format!("{LBAAS}/listeners"),
-                            json!({"listener": body}),
-                            "listener",
-                        )
-                        .await?;
-                    decode(&v, "listener", "listeners").map_err(|e| cloud_error("creating listener", e))?
-                }
-            };
-            kept.insert(listener.id.clone());
-            let pool_protocol = opts.proxy_protocol.unwrap_or(port.protocol.as_str());
-            let existing = match &listener.default_pool_id {
-                Some(id) if !id.is_empty() => {
-                    let p: Pool = self
-                        .client
-                        .get_as(Service::LoadBalancer, &format!("{LBAAS}/pools/{id}"), "pool")
-                        .await
-                        .map_err(|e| cloud_error(format!("reading pool {id}"), e))?;
-                    if p.protocol != pool_protocol {
-                        // Octavia cannot change a pool's protocol (PROXY protocol switched on or
-                        // off): the pool is made again, as OCCM does.
-                        self.lb_delete(&lb.id, &format!("{LBAAS}/pools/{id}"), "pool")
-                            .await?;
-                        tracing::info!(pool = %id, from = %p.protocol, to = pool_protocol, "pool protocol changed: pool made again");
-                        None
-                    } else {
-                        Some(p)
-                    }
-                }
-                _ => None,
-            };
-            let pool = match existing {
-                Some(p) => {
-                    let id = &p.id;
-                    if p.lb_algorithm != opts.lb_method {
-                        self.lb_put(
-                            &lb.id,
-                            &format!("{LBAAS}/pools/{id}"),
-                            json!({"pool": {"lb_algorithm": opts.lb_method}}),
-                            "pool algorithm",
-                        )
-                        .await?;
-                    }
-                    p
-                }
-                None => {
-                    let body = json!({"pool": {
-                        "name": cut(format!("pool_{i}_{name}")),
-                        "protocol": pool_protocol,
-                        "lb_algorithm": opts.lb_method,
-                        "listener_id": listener.id,
-                        "tags": [name],
-                    }});
-                    let v = self
-                        .lb_post(&lb.id, &format!("{LBAAS}/pools"), body, "pool")
-                        .await?;
-                    decode(&v, "pool", "pools").map_err(|e| cloud_error("creating pool", e))?
-                }
-            };
-            // Members: one batch update when the set differs.
-            let current: Vec<Member> = self
-                .client
-                .list(
-                    Service::LoadBalancer,
-                    &format!("{LBAAS}/pools/{}/members", pool.id),
-                    "members",
-                )
-                .await
-                .map_err(|e| cloud_error(format!("listing members of pool {}", pool.id), e))?;
-            let have: BTreeSet<(String, String, i32, String)> = current
-                .iter()
-                .map(|m| {
-                    (
-                        m.name.clone(),
-                        m.address.clone(),
-                        m.protocol_port,
-                        m.subnet_id.clone().unwrap_or_default(),
-                    )
-                })
-                .collect();
-            let want: BTreeSet<(String, String, i32, String)> = members
-                .iter()
-                .map(|(n, ip)| {
-                    (
-                        n.clone(),
-                        ip.clone(),
-                        port.node_port,
-                        opts.members_subnet().to_string(),
-                    )
-                })
-                .collect();
-            if have != want {
-                let body: Vec<Value> = want
-                    .iter()
-                    .map(|(n, ip, p, subnet)| json!({"name": n, "address": ip, "protocol_port": p, "subnet_id": subnet}))
-                    .collect();
-                self.lb_put(
-                    &lb.id,
-                    &format!("{LBAAS}/pools/{}/members", pool.id),
-                    json!({"members": body}),
-                    "pool members",
-                )
-                .await?;
-                tracing::info!(pool = %pool.id, members = want.len(), "updated load balancer members");
-            }
-            // Health monitor.
-            let (delay, timeout, max_retries, max_retries_down) = opts.monitor;
-            match (&pool.healthmonitor_id, opts.health_monitor) {
-                (None, true) => {
-                    let kind = if port.protocol == "UDP" {
-                        "UDP-CONNECT"
-                    } else {
-                        "TCP"
-                    };
-                    let body = json!({"healthmonitor": {
-                        "name": cut(format!("monitor_{i}_{name}")),
-                        "pool_id": pool.id,
-                        "type": kind,
-                        "delay": delay,
-                        "timeout": timeout,
-                        "max_retries": max_retries,
-                        "max_retries_down": max_retries_down,
-                        "tags": [name],
-                    }});
-                    self.lb_post(&lb.id, &format!("{LBAAS}/healthmonitors"), body, "health monitor")
-                        .await?;
-                }
-                (Some(id), false) if !id.is_empty() => {
-                    self.lb_delete(&lb.id, &format!("{LBAAS}/healthmonitors/{id}"), "health monitor")
-                        .await?;
-                }
-                (Some(id), true) if !id.is_empty() => {
-                    // Settings changed after the monitor was made (annotations or config).
-                    let path = format!("{LBAAS}/healthmonitors/{id}");
-                    let m: Value = self
-                        .client
-                        .get_as(Service::LoadBalancer, &path, "healthmonitor")
-                        .await
-                        .map_err(|e| cloud_error(format!("reading health monitor {id}"), e))?;
-                    let want = json!({"delay": delay, "timeout": timeout, "max_retries": max_retries, "max_retries_down": max_retries_down});
-                    let differs = ["delay", "timeout", "max_retries", "max_retries_down"]
-                        .iter()
-                        .any(|k| m[*k].as_i64() != want[*k].as_i64());
-                    if differs {
-                        self.lb_put(&lb.id, &path, json!({"healthmonitor": want}), "health monitor")
-                            .await?;
-                    }
-                }
-                _ => {}
-            }
-        }
-        // Listeners of ports the Service no longer has: pool first (its members and monitor go
-        // with it), then the listener.
-        for l in listeners.iter().filter(|l| !kept.contains(&l.id)) {
-            if let Some(pool) = l.default_pool_id.as_deref().filter(|p| !p.is_empty()) {
-                self.lb_delete(&lb.id, &format!("{LBAAS}/pools/{pool}"), "pool")
-                    .await?;
-            }
-            self.lb_delete(&lb.id, &format!("{LBAAS}/listeners/{}", l.id), "listener")
-                .await?;
-            tracing::info!(listener = %l.id, port = l.protocol_port, "deleted listener of a removed port");
-        }
+        self.ensure_listeners(&lb, &name, owner, &ports, &opts, &allowed_cidrs, &members, tags)
+            .await?;
 
         // Floating IP.
         let address = if opts.internal {
             // A floating IP made for the Service goes (detached when it is to be kept); a
             // user's own is left alone.
-            self.release_floating_ip(cluster, service, &lb, opts.keep_floating_ip, false)
-                .await?;
+            self.release_floating_ip(
+                &lb,
+                &[floating_ip_description(cluster, service)],
+                opts.keep_floating_ip,
+                false,
+            )
+            .await?;
             lb.vip_address.clone()
+        } else if !owner {
+            // A Service sharing another's load balancer never adds a floating IP (it could
+            // expose an internal owner): the owner's, else an error.
+            match self.floating_ip_on_port(&lb.vip_port_id).await? {
+                Some(f) => f.floating_ip_address,
+                None if opts.floating_network_id.is_empty() => lb.vip_address.clone(),
+                None => {
+                    return Err(CloudError::msg(format!(
+                        "load balancer {} shared through {ANNOTATION_LOAD_BALANCER_ID} has no floating IP, and only the Service that owns it gives it one",
+                        lb.id
+                    )));
+                }
+            }
         } else if !opts.floating_network_id.is_empty() {
             self.ensure_floating_ip(cluster, service, &lb, &opts).await?
         } else {
@@ -390,8 +243,138 @@ impl OpenStackCloud {
                 None => lb.vip_address.clone(),
             }
         };
-        Ok((status_for(&address, opts.hostname.as_deref()), skipped))
+
+        // The load balancer carries the name of every Service that uses it (OCCM's tags).
+        if tags && !lb.tags.contains(&name) {
+            let mut all = lb.tags.clone();
+            all.push(name.clone());
+            self.lb_put(
+                &lb.id,
+                &format!("{LBAAS}/loadbalancers/{}", lb.id),
+                json!({"loadbalancer": {"tags": all}}),
+                "load balancer tags",
+            )
+            .await?;
+            tracing::info!(lb = %lb.id, service_tag = %name, "tagged the load balancer with the Service");
+        }
+        Ok((status_for(&address, opts.hostname.as_deref()), members.skipped))
     }
+
+    /// Creates the Service's own load balancer.
+    async fn create_load_balancer(
+        &self,
+        cluster: &str,
+        service: &KubeService,
+        name: &str,
+        opts: &ServiceOptions,
+        tags: bool,
+    ) -> CloudResult<OctaviaLoadBalancer> {
+        let ns = service.metadata.namespace.as_deref().unwrap_or("default");
+        let svc = service.metadata.name.as_deref().unwrap_or_default();
+        let mut body = json!({
+            "name": name,
+            "description": format!("Kubernetes external service {ns}/{svc} from cluster {cluster}"),
+        });
+        if tags {
+            body["tags"] = json!([name]);
+        }
+        if !opts.port_id.is_empty() {
+            body["vip_port_id"] = json!(opts.port_id);
+        } else if !opts.subnet_id.is_empty() {
+            body["vip_subnet_id"] = json!(opts.subnet_id);
+        } else {
+            body["vip_network_id"] = json!(opts.network_id);
+        }
+        let provider = &self.config.load_balancer.lb_provider;
+        if !provider.is_empty() {
+            body["provider"] = json!(provider);
+        }
+        if !opts.flavor_id.is_empty() {
+            body["flavor_id"] = json!(opts.flavor_id);
+        }
+        if !opts.availability_zone.is_empty() {
+            body["availability_zone"] = json!(opts.availability_zone);
+        }
+        let v = self
+            .client
+            .post(
+                Service::LoadBalancer,
+                &format!("{LBAAS}/loadbalancers"),
+                &json!({"loadbalancer": body}),
+            )
+            .await
+            .map_err(|e| cloud_error(format!("creating load balancer {name}"), e))?;
+        let created: OctaviaLoadBalancer = decode(&v, "loadbalancer", "loadbalancers")
+            .map_err(|e| cloud_error("creating load balancer", e))?;
+        tracing::info!(lb = %created.id, %name, "created Octavia load balancer");
+        Ok(created)
+    }
+
+    /// The members: each backend Node the node selector picks, at its first InternalIP of the
+    /// Service's primary family (a Node without one is left out, with a log). No member at all
+    /// is an error, as in OCCM: the members are never wiped for it.
+    fn members(
+        &self,
+        service: &KubeService,
+        nodes: &[Arc<Node>],
+        opts: &ServiceOptions,
+    ) -> CloudResult<Members> {
+        let ipv6 = service_wants_ipv6(service);
+        let family = if ipv6 { "IPv6" } else { "IPv4" };
+        let backends = load_balancer_backends(nodes);
+        let selected: Vec<_> = backends
+            .iter()
+            .filter(|n| node_matches(n, &opts.node_selector))
+            .collect();
+        if selected.is_empty() {
+            return Err(CloudError::msg(format!(
+                "there are no available nodes for LoadBalancer service {}/{}{}: the load balancer's members are left as they are",
+                service.metadata.namespace.as_deref().unwrap_or("default"),
+                service.metadata.name.as_deref().unwrap_or_default(),
+                if backends.is_empty() || opts.node_selector.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " (none of the {} backend Nodes has the labels of the node selector {:?})",
+                        backends.len(),
+                        opts.node_selector
+                    )
+                }
+            )));
+        }
+        let mut by_node = BTreeMap::new();
+        let mut skipped = Vec::new();
+        for n in selected {
+            let node = n.metadata.name.clone().unwrap_or_default();
+            match member_address(n, ipv6) {
+                Some(ip) => {
+                    by_node.insert(node, ip);
+                }
+                None => {
+                    tracing::warn!(
+                        node,
+                        family,
+                        "no InternalIP of the Service's family: not a load balancer member"
+                    );
+                    skipped.push(node);
+                }
+            }
+        }
+        if by_node.is_empty() {
+            return Err(CloudError::msg(format!(
+                "no backend Node has an InternalIP of the Service's IP family ({family}): the load balancer's members are left as they are"
+            )));
+        }
+        Ok(Members { by_node, skipped })
+    }
+}
+
+/// The wanted members of every pool.
+pub(super) struct Members {
+    /// Node name → address.
+    pub(super) by_node: BTreeMap<String, String>,
+    /// Backends left out for want of an InternalIP of the Service's family.
+    pub(super) skipped: Vec<String>,
 }
 
 /// Whether the Service's status shows a load-balancer address.
@@ -402,4 +385,34 @@ fn has_ingress(service: &KubeService) -> bool {
         .and_then(|s| s.load_balancer.as_ref())
         .and_then(|l| l.ingress.as_ref())
         .is_some_and(|i| !i.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_balancer_names_name_their_service() {
+        assert_eq!(
+            service_of_load_balancer_name("kubernetes", "kube_service_kubernetes_shop_web"),
+            Some(("shop".into(), "web".into()))
+        );
+        // A cluster name with underscores.
+        assert_eq!(
+            service_of_load_balancer_name("my_cluster", "kube_service_my_cluster_shop_web"),
+            Some(("shop".into(), "web".into()))
+        );
+        assert_eq!(
+            service_of_load_balancer_name("other", "kube_service_kubernetes_shop_web"),
+            None
+        );
+        assert_eq!(
+            service_of_load_balancer_name("kubernetes", "a0123456789abcdef"),
+            None
+        );
+        assert_eq!(
+            service_of_load_balancer_name("kubernetes", "kube_service_kubernetes_shop"),
+            None
+        );
+    }
 }

@@ -156,23 +156,24 @@ impl OpenStackCloud {
         Ok(f.floating_ip_address)
     }
 
-    /// Takes the floating IP off `lb`'s VIP port: deleted when it was made for `service` in
-    /// `cluster` and is not to be `keep`; detached when it is to be kept. A user's own floating
-    /// IP is never deleted: with `deleting` (the load balancer is about to go) it is detached so
-    /// that it is free at once, whenever Octavia deletes the VIP port; otherwise (an internal
-    /// Service) it is left as it is.
+    /// Takes the floating IP off `lb`'s VIP port: deleted when it was made for the Service (its
+    /// description is one of `ours`: [`floating_ip_description`] of the Service, and of the
+    /// Service the load balancer is named for when another Service deletes a shared one) and
+    /// is not to be `keep`; detached when it is to be kept. A user's own floating IP is never
+    /// deleted: with `deleting` (the load balancer is about to go) it is detached so that it is
+    /// free at once, whenever Octavia deletes the VIP port; otherwise (an internal Service) it
+    /// is left as it is.
     pub(super) async fn release_floating_ip(
         &self,
-        cluster: &str,
-        service: &KubeService,
         lb: &OctaviaLoadBalancer,
+        ours: &[String],
         keep: bool,
         deleting: bool,
     ) -> CloudResult<()> {
         let Some(f) = self.floating_ip_on_port(&lb.vip_port_id).await? else {
             return Ok(());
         };
-        let ours = f.description == floating_ip_description(cluster, service);
+        let ours = ours.contains(&f.description);
         if ours && !keep {
             match self
                 .client

@@ -29,14 +29,16 @@ use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, 
 
 use crate::OpenStackCloud;
 
+mod delete;
 mod ensure;
 mod floating_ip;
+mod listeners;
 mod octavia;
 mod options;
 
 pub(crate) use floating_ip::FloatingIp;
 pub use floating_ip::floating_ip_description;
-pub use octavia::OctaviaLoadBalancer;
+pub use octavia::{OctaviaFeature, OctaviaLoadBalancer, octavia_api_version};
 pub use options::*;
 
 fn status_for(address: &str, hostname: Option<&str>) -> LoadBalancerStatus {
@@ -62,9 +64,11 @@ impl LoadBalancer for OpenStackCloud {
         cluster: &str,
         service: &KubeService,
     ) -> CloudResult<Option<LoadBalancerStatus>> {
-        let Some(lb) = self
-            .find_load_balancer(&load_balancer_name(cluster, service))
-            .await?
+        let lb_id = annotation(service, ANNOTATION_LOAD_BALANCER_ID)
+            .map(str::trim)
+            .filter(|v| !v.is_empty());
+        let Some(ensure::ServiceLoadBalancer { lb, .. }) =
+            self.service_load_balancer(cluster, service, lb_id).await?
         else {
             return Ok(None);
         };
@@ -115,24 +119,9 @@ impl LoadBalancer for OpenStackCloud {
         ))
     }
 
-    /// Deletes the Service's load balancer in any settled state (`ACTIVE` or `ERROR`;
-    /// `PENDING_*` waited out with a bound) and the floating IP made for the Service (unless
-    /// `keep-floatingip`); a user's own floating IP is never deleted.
+    /// Deletes the Service's load balancer (`delete.rs`), or, on a load balancer other
+    /// Services share or that was not made for this cluster, only the Service's listeners.
     async fn ensure_load_balancer_deleted(&self, cluster: &str, service: &KubeService) -> CloudResult<()> {
-        let name = load_balancer_name(cluster, service);
-        let Some(lb) = self.find_load_balancer(&name).await? else {
-            return Ok(());
-        };
-        // A bad value must not block the deletion: on doubt the floating IP is kept.
-        let keep = annotation_bool(service, ANNOTATION_KEEP_FLOATING_IP, false).unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "keeping the floating IP");
-            true
-        });
-        self.release_floating_ip(cluster, service, &lb, keep, true)
-            .await?;
-        self.delete_load_balancer(&lb, self.config.load_balancer.cascade_delete)
-            .await?;
-        tracing::info!(lb = %lb.id, %name, "deleted Octavia load balancer");
-        Ok(())
+        self.delete_service_load_balancer(cluster, service).await
     }
 }

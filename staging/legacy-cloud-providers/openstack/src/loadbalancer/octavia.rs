@@ -52,6 +52,13 @@ pub(super) struct Listener {
     pub(super) default_pool_id: Option<String>,
     #[serde(default)]
     pub(super) allowed_cidrs: Option<Vec<String>>,
+    /// The names of the Services that made it (OCCM tags a listener with its Service's load
+    /// balancer name; older ones have none).
+    #[serde(default)]
+    pub(super) tags: Vec<String>,
+    /// `X-Forwarded-For` and such, on HTTP listeners.
+    #[serde(default)]
+    pub(super) insert_headers: Option<serde_json::Map<String, Value>>,
     /// Every other field (`connection_limit`, `timeout_*`, …), compared with what is wanted.
     #[serde(flatten)]
     pub(super) settings: serde_json::Map<String, Value>,
@@ -78,11 +85,100 @@ pub(super) struct Member {
     pub(super) protocol_port: i32,
     #[serde(default)]
     pub(super) subnet_id: Option<String>,
+    /// The port health checks go to (`healthCheckNodePort`), if not the member's own.
+    #[serde(default)]
+    pub(super) monitor_port: Option<i32>,
 }
 
 pub(super) const LBAAS: &str = "/v2/lbaas";
 
+/// Octavia API features that OCCM checks by the API version before it uses them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OctaviaFeature {
+    /// Listener timeouts (2.1).
+    Timeouts,
+    /// Tags on load balancers and listeners (2.5): shared load balancers need them.
+    Tags,
+    /// `allowed_cidrs` on listeners (2.12): `loadBalancerSourceRanges`.
+    VipAcl,
+    /// HTTP health monitors on UDP pools (2.16).
+    HttpMonitorsOnUdp,
+}
+
+impl OctaviaFeature {
+    /// The first Octavia API version `(2, minor)` with the feature.
+    pub fn since(self) -> (u32, u32) {
+        match self {
+            Self::Timeouts => (2, 1),
+            Self::Tags => (2, 5),
+            Self::VipAcl => (2, 12),
+            Self::HttpMonitorsOnUdp => (2, 16),
+        }
+    }
+
+    /// Whether the OVN provider lacks it whatever the API version (as OCCM).
+    fn ovn_lacks(self) -> bool {
+        !matches!(self, Self::Tags)
+    }
+}
+
+/// The highest `vMAJOR.MINOR` of Octavia's version document (`GET /`).
+pub fn octavia_api_version(doc: &Value) -> Option<(u32, u32)> {
+    doc.get("versions")?
+        .as_array()?
+        .iter()
+        .filter_map(|v| {
+            let id = v.get("id")?.as_str()?.strip_prefix('v')?;
+            let (major, minor) = id.split_once('.')?;
+            Some((major.parse().ok()?, minor.parse().ok()?))
+        })
+        .max()
+}
+
 impl OpenStackCloud {
+    /// Whether this Octavia (and `[LoadBalancer] lb-provider`) has `feature`. The version is
+    /// read once; a failure to read it is an error (retried), never taken for "no".
+    pub async fn octavia_supports(&self, feature: OctaviaFeature) -> CloudResult<bool> {
+        if self.config.load_balancer.lb_provider == "ovn" && feature.ovn_lacks() {
+            return Ok(false);
+        }
+        let version = self
+            .octavia_version
+            .get_or_try_init(|| async {
+                let doc = self
+                    .client
+                    .get(Service::LoadBalancer, "/")
+                    .await
+                    .map_err(|e| cloud_error("reading Octavia's API versions", e))?;
+                octavia_api_version(&doc).ok_or_else(|| {
+                    CloudError::msg(format!(
+                        "Octavia's version document names no API version: {}",
+                        crate::client::summary(&doc)
+                    ))
+                })
+            })
+            .await?;
+        Ok(*version >= feature.since())
+    }
+
+    /// The load balancer with this ID (`None`: it does not exist or is `DELETED`).
+    pub(super) async fn load_balancer_by_id(&self, id: &str) -> CloudResult<Option<OctaviaLoadBalancer>> {
+        match self
+            .client
+            .get_as::<OctaviaLoadBalancer>(
+                Service::LoadBalancer,
+                &format!("{LBAAS}/loadbalancers/{}", query_escape(id)),
+                "loadbalancer",
+            )
+            .await
+        {
+            Ok(lb) if lb.provisioning_status == "DELETED" => Ok(None),
+            Ok(lb) => Ok(Some(lb)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(cloud_error(format!("reading load balancer {id}"), e)),
+        }
+    }
+
     /// The load balancer named exactly `name` (not `DELETED`); two of that name are an error.
     pub(super) async fn find_load_balancer(&self, name: &str) -> CloudResult<Option<OctaviaLoadBalancer>> {
         let path = format!("{LBAAS}/loadbalancers?name={}", query_escape(name));
@@ -276,5 +372,25 @@ impl OpenStackCloud {
             .map_err(|e| cloud_error(format!("deleting {what}"), e))?;
         self.wait_active(lb_id, false).await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_version_is_the_highest_listed() {
+        let doc = serde_json::json!({"versions": [
+            {"id": "v2.0", "status": "SUPPORTED"},
+            {"id": "v2.27", "status": "CURRENT"},
+            {"id": "v2.9", "status": "SUPPORTED"},
+            {"id": "weird"}
+        ]});
+        assert_eq!(octavia_api_version(&doc), Some((2, 27)));
+        assert_eq!(octavia_api_version(&serde_json::json!({"versions": []})), None);
+        assert_eq!(octavia_api_version(&serde_json::json!({})), None);
+        assert!((2, 27) >= OctaviaFeature::VipAcl.since());
+        assert!((2, 4) < OctaviaFeature::Tags.since());
     }
 }

@@ -1,7 +1,7 @@
 //! What a Service asks for: annotations over `[LoadBalancer]`, its ports, and the names of what
 //! is made for it.
 
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 use k8s_cloud_provider::{CloudError, CloudResult};
 use k8s_openapi::api::core::v1::Service as KubeService;
@@ -55,6 +55,23 @@ pub const ANNOTATION_KEEP_FLOATING_IP: &str = "loadbalancer.openstack.org/keep-f
 pub const ANNOTATION_FLAVOR_ID: &str = "loadbalancer.openstack.org/flavor-id";
 /// `loadbalancer.openstack.org/availability-zone`.
 pub const ANNOTATION_AVAILABILITY_ZONE: &str = "loadbalancer.openstack.org/availability-zone";
+/// `loadbalancer.openstack.org/load-balancer-id`: the Octavia load balancer this Service uses:
+/// its own (found by name otherwise) or another Service's, shared (`max-shared-lb`).
+pub const ANNOTATION_LOAD_BALANCER_ID: &str = "loadbalancer.openstack.org/load-balancer-id";
+/// `loadbalancer.openstack.org/node-selector`: `key=value,key2` labels a Node needs to be a
+/// member (`key` alone: any value).
+pub const ANNOTATION_NODE_SELECTOR: &str = "loadbalancer.openstack.org/node-selector";
+/// `loadbalancer.openstack.org/x-forwarded-for`: HTTP listeners that add `X-Forwarded-For`.
+pub const ANNOTATION_X_FORWARDED_FOR: &str = "loadbalancer.openstack.org/x-forwarded-for";
+/// `loadbalancer.openstack.org/class`: a `[LoadBalancerClass "<name>"]` of the config.
+pub const ANNOTATION_CLASS: &str = "loadbalancer.openstack.org/class";
+/// `loadbalancer.openstack.org/floating-subnet`: not supported (a name pattern); an error.
+pub const ANNOTATION_FLOATING_SUBNET: &str = "loadbalancer.openstack.org/floating-subnet";
+/// `loadbalancer.openstack.org/floating-subnet-tags`: not supported; an error.
+pub const ANNOTATION_FLOATING_SUBNET_TAGS: &str = "loadbalancer.openstack.org/floating-subnet-tags";
+/// `loadbalancer.openstack.org/default-tls-container-ref`: not supported (needs barbican); an
+/// error.
+pub const ANNOTATION_TLS_CONTAINER_REF: &str = "loadbalancer.openstack.org/default-tls-container-ref";
 /// `service.beta.kubernetes.io/openstack-internal-load-balancer`.
 pub const ANNOTATION_INTERNAL: &str = "service.beta.kubernetes.io/openstack-internal-load-balancer";
 
@@ -71,6 +88,47 @@ pub(super) fn cut(s: String) -> String {
         end -= 1;
     }
     s[..end].to_string()
+}
+
+/// What OCCM's load balancer names start with.
+pub const SERVICE_PREFIX: &str = "kube_service_";
+
+/// The legacy name (the in-tree provider's, and OCCM's before the `kube_service_` names):
+/// `a` and the Service's UID without dashes, at most 32 characters. Found when no load
+/// balancer has the current name; `None` for a Service without a UID.
+pub fn legacy_load_balancer_name(service: &KubeService) -> Option<String> {
+    let uid = service.metadata.uid.as_deref().filter(|u| !u.is_empty())?;
+    let mut name = format!("a{}", uid.replace('-', ""));
+    name.truncate(32);
+    Some(name)
+}
+
+/// `key=value,key2` as a map (`key2` with an empty value: any value); OCCM's reading.
+pub fn parse_node_selector(text: &str) -> BTreeMap<String, String> {
+    text.trim()
+        .split(',')
+        .filter_map(|kv| {
+            let mut it = kv.trim().splitn(2, '=');
+            let k = it.next().unwrap_or_default();
+            if k.is_empty() {
+                return None;
+            }
+            Some((k.to_string(), it.next().unwrap_or_default().to_string()))
+        })
+        .collect()
+}
+
+/// Whether the Node has every label of `selector` (an empty value: any value).
+pub fn node_matches(node: &k8s_openapi::api::core::v1::Node, selector: &BTreeMap<String, String>) -> bool {
+    if selector.is_empty() {
+        return true;
+    }
+    let Some(labels) = node.metadata.labels.as_ref() else {
+        return false;
+    };
+    selector
+        .iter()
+        .all(|(k, v)| labels.get(k).is_some_and(|have| v.is_empty() || have == v))
 }
 
 /// The load balancer's name: `kube_service_<cluster>_<namespace>_<name>`.
@@ -117,6 +175,15 @@ pub struct ServiceOptions {
     pub monitor: (u64, u64, u32, u32),
     /// The hostname the status shows, if asked for.
     pub hostname: Option<String>,
+    /// The load balancer named by `load-balancer-id`, if any.
+    pub load_balancer_id: Option<String>,
+    /// The labels a member Node needs (empty: every Node).
+    pub node_selector: BTreeMap<String, String>,
+    /// HTTP listeners with `X-Forwarded-For` (`x-forwarded-for`).
+    pub keep_client_ip: bool,
+    /// `externalTrafficPolicy: Local` with health monitors on: the Service's
+    /// `healthCheckNodePort`, checked over HTTP (`GET /healthz`) on each member.
+    pub health_check_node_port: Option<i32>,
 }
 
 /// One Service port.
@@ -193,16 +260,74 @@ impl ServiceOptions {
                 .map_err(|m| CloudError::msg(format!("annotation {ANNOTATION_LB_METHOD}: {m}")))?,
             None => c.lb_method.clone(),
         };
+        for key in [
+            ANNOTATION_FLOATING_SUBNET,
+            ANNOTATION_FLOATING_SUBNET_TAGS,
+            ANNOTATION_TLS_CONTAINER_REF,
+        ] {
+            if annotation(service, key).is_some_and(|v| !v.trim().is_empty()) {
+                return Err(CloudError::msg(format!(
+                    "annotation {key} is not supported by this provider (see the README's OpenStack annotation table); remove it{}",
+                    if key == ANNOTATION_TLS_CONTAINER_REF {
+                        ""
+                    } else {
+                        " or name the subnet with loadbalancer.openstack.org/floating-subnet-id"
+                    }
+                )));
+            }
+        }
+        // A `[LoadBalancerClass]` comes between the annotations and `[LoadBalancer]`.
+        let class = match annotation(service, ANNOTATION_CLASS).map(str::trim) {
+            None | Some("") => None,
+            Some(name) => Some(c.classes.get(name).ok_or_else(|| {
+                CloudError::msg(format!(
+                    "annotation {ANNOTATION_CLASS}: {name:?} is no [LoadBalancerClass] of the cloud config ({})",
+                    if c.classes.is_empty() {
+                        "it has none".to_string()
+                    } else {
+                        c.classes.keys().cloned().collect::<Vec<_>>().join(", ")
+                    }
+                ))
+            })?),
+        };
+        let from_class = |pick: fn(&crate::config::LoadBalancerClass) -> &String, default: &str| -> String {
+            class
+                .map(pick)
+                .filter(|v| !v.is_empty())
+                .cloned()
+                .unwrap_or_else(|| default.to_string())
+        };
+        let internal = annotation_bool(service, ANNOTATION_INTERNAL, c.internal_lb)?;
+        let keep_client_ip = annotation_bool(service, ANNOTATION_X_FORWARDED_FOR, false)?;
+        let health_monitor = annotation_bool(service, ANNOTATION_HEALTH_MONITOR, c.monitor.create)?;
+        let spec = service.spec.as_ref();
+        let health_check_node_port = spec
+            .filter(|s| s.external_traffic_policy.as_deref() == Some("Local"))
+            .and_then(|s| s.health_check_node_port)
+            .filter(|p| health_monitor && *p > 0);
         let o = Self {
-            subnet_id: text(ANNOTATION_SUBNET_ID, &c.subnet_id),
-            member_subnet_id: text(ANNOTATION_MEMBER_SUBNET_ID, &c.member_subnet_id),
-            network_id: text(ANNOTATION_NETWORK_ID, &c.network_id),
+            subnet_id: text(ANNOTATION_SUBNET_ID, &from_class(|k| &k.subnet_id, &c.subnet_id)),
+            member_subnet_id: text(
+                ANNOTATION_MEMBER_SUBNET_ID,
+                &from_class(|k| &k.member_subnet_id, &c.member_subnet_id),
+            ),
+            network_id: text(
+                ANNOTATION_NETWORK_ID,
+                &from_class(|k| &k.network_id, &c.network_id),
+            ),
             port_id: text(ANNOTATION_PORT_ID, ""),
-            floating_network_id: text(ANNOTATION_FLOATING_NETWORK_ID, &c.floating_network_id),
-            floating_subnet_id: text(ANNOTATION_FLOATING_SUBNET_ID, &c.floating_subnet_id),
-            internal: annotation_bool(service, ANNOTATION_INTERNAL, c.internal_lb)?,
+            // As OCCM: the class's floating network and subnet come before the annotations.
+            floating_network_id: class
+                .map(|k| k.floating_network_id.clone())
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| text(ANNOTATION_FLOATING_NETWORK_ID, &c.floating_network_id)),
+            floating_subnet_id: class
+                .map(|k| k.floating_subnet_id.clone())
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| text(ANNOTATION_FLOATING_SUBNET_ID, &c.floating_subnet_id)),
+            internal,
             lb_method,
-            health_monitor: annotation_bool(service, ANNOTATION_HEALTH_MONITOR, c.monitor.create)?,
+            health_monitor,
             keep_floating_ip: annotation_bool(service, ANNOTATION_KEEP_FLOATING_IP, false)?,
             flavor_id: text(ANNOTATION_FLAVOR_ID, &c.flavor_id),
             availability_zone: text(ANNOTATION_AVAILABILITY_ZONE, &c.availability_zone),
@@ -247,7 +372,21 @@ impl ServiceOptions {
                 .map(str::trim)
                 .filter(|h| !h.is_empty())
                 .map(str::to_string),
+            load_balancer_id: annotation(service, ANNOTATION_LOAD_BALANCER_ID)
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_string),
+            node_selector: parse_node_selector(
+                annotation(service, ANNOTATION_NODE_SELECTOR).unwrap_or(&c.node_selector),
+            ),
+            keep_client_ip,
+            health_check_node_port,
         };
+        if o.keep_client_ip && o.proxy_protocol.is_some() {
+            return Err(CloudError::msg(format!(
+                "annotations {ANNOTATION_PROXY_PROTOCOL} and {ANNOTATION_X_FORWARDED_FOR} cannot be used together"
+            )));
+        }
         if o.subnet_id.is_empty() && o.network_id.is_empty() && o.port_id.is_empty() {
             return Err(CloudError::msg(format!(
                 "no VIP subnet: set [LoadBalancer] subnet-id (or network-id) or the {ANNOTATION_SUBNET_ID} annotation"
@@ -259,6 +398,25 @@ impl ServiceOptions {
             )));
         }
         Ok(o)
+    }
+
+    /// The listener protocol of a Service port: `HTTP` for a TCP port with `x-forwarded-for`
+    /// (OCCM), else the port's.
+    pub fn listener_protocol<'a>(&self, port: &'a PortSpec) -> &'a str {
+        if self.keep_client_ip && port.protocol == "TCP" {
+            "HTTP"
+        } else {
+            &port.protocol
+        }
+    }
+
+    /// The pool protocol of a Service port: `PROXY`/`PROXYV2` with `proxy-protocol`, else the
+    /// listener's.
+    pub fn pool_protocol<'a>(&self, port: &'a PortSpec) -> &'a str {
+        match self.proxy_protocol {
+            Some(p) => p,
+            None => self.listener_protocol(port),
+        }
     }
 
     /// The subnet of the members: `member-subnet-id`, else the VIP subnet.
@@ -385,6 +543,47 @@ mod tests {
         }]);
         assert!(service_ports(&bad).unwrap_err().to_string().contains("HTTP"));
         assert!(service_ports(&svc(vec![])).is_err());
+    }
+
+    #[test]
+    fn legacy_names_and_node_selectors() {
+        let mut s = svc(vec![]);
+        assert_eq!(legacy_load_balancer_name(&s), None, "no UID, no legacy name");
+        s.metadata.uid = Some("0f8e4c3a-91d2-4b7e-a6c5-3d2f1e0b9a87".into());
+        // `a` and the UID without dashes, cut to 32 characters (cloudprovider.DefaultLoadBalancerName).
+        assert_eq!(
+            legacy_load_balancer_name(&s).as_deref(),
+            Some("a0f8e4c3a91d24b7ea6c53d2f1e0b9a8")
+        );
+        let sel = parse_node_selector(" env=prod, lb ,,zone=a=b");
+        assert_eq!(
+            sel.into_iter().collect::<Vec<_>>(),
+            [
+                ("env".to_string(), "prod".to_string()),
+                ("lb".to_string(), String::new()),
+                ("zone".to_string(), "a=b".to_string())
+            ]
+        );
+        let node = |labels: &[(&str, &str)]| k8s_openapi::api::core::v1::Node {
+            metadata: ObjectMeta {
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let sel = parse_node_selector("env=prod,lb");
+        assert!(node_matches(&node(&[("env", "prod"), ("lb", "yes")]), &sel));
+        assert!(!node_matches(&node(&[("env", "dev"), ("lb", "yes")]), &sel));
+        assert!(!node_matches(&node(&[("env", "prod")]), &sel));
+        assert!(
+            node_matches(&node(&[]), &parse_node_selector("")),
+            "no selector: every Node"
+        );
     }
 
     #[test]
