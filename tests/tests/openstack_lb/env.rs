@@ -1,0 +1,205 @@
+//! One project with a private network, an external network behind a router, a server whose
+//! Node is initialised, and the CCM configured with both networks.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::{
+    Api,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use rcp_e2e::{
+    TestCluster,
+    ccm::CcmProcess,
+    k8s::{ingress_ip, initialised, load_balancer_service, tainted_node, wait_for},
+    openstack::{NEUTRON, Network, OpenStack, Project, start_ccm},
+};
+
+pub const T: Duration = Duration::from_secs(90);
+
+/// One project with a private network (a server `node-0` on it, its Node initialised), an
+/// external network behind a router, and the CCM configured with both.
+pub struct Env {
+    pub os: OpenStack,
+    pub cluster: TestCluster,
+    pub project: Project,
+    pub public: Network,
+    pub private: Network,
+    pub client: kube::Client,
+    pub services: Api<Service>,
+    pub ccm: CcmProcess,
+}
+
+pub async fn env(test: &str) -> Result<Env> {
+    env_with(test, &[]).await
+}
+
+/// Like [`env`], with these extra CCM flags; with `--dry-run` the Node is not waited for (it
+/// stays tainted).
+pub async fn env_with(test: &str, extra: &[&str]) -> Result<Env> {
+    env_full(test, extra, "").await
+}
+
+/// Like [`env_with`], with these lines added to the config's `[LoadBalancer]` (and sections
+/// after it); `${SECOND_FLOATING_SUBNET}` in them stands for a second subnet of the external
+/// network (172.24.9.0/24), made for them.
+pub async fn env_full(test: &str, extra: &[&str], load_balancer_lines: &str) -> Result<Env> {
+    let os = OpenStack::shared().await?;
+    let cluster = TestCluster::start().await?;
+    let project = os.project(test).await?;
+    let private = project.network("private", "10.2.0.0/24").await?;
+    let public = project.external_network("public", "172.24.4.0/24").await?;
+    project.router("edge", &public, &private).await?;
+    project.server("node-0", &private).await?;
+    // A second subnet of the external network, for configs that name it.
+    let load_balancer_lines = if load_balancer_lines.contains("${SECOND_FLOATING_SUBNET}") {
+        let second = project
+            .admin
+            .post(
+                &format!("{NEUTRON}/subnets"),
+                serde_json::json!({"subnet": {"name": "public-second", "network_id": public.id, "ip_version": 4,
+                       "cidr": "172.24.9.0/24", "project_id": project.id}}),
+            )
+            .await?;
+        let id = second["subnet"]["id"].as_str().context("subnet id")?;
+        load_balancer_lines.replace("${SECOND_FLOATING_SUBNET}", id)
+    } else {
+        load_balancer_lines.to_string()
+    };
+    let config = format!(
+        "{}[LoadBalancer]\nsubnet-id = {}\nfloating-network-id = {}\n{load_balancer_lines}",
+        project.global_section(),
+        private.subnet_id,
+        public.id
+    );
+    let ccm = start_ccm(&cluster, &config, &format!("ccm-{test}"), extra)?;
+    let client = cluster.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &tainted_node("node-0"))
+        .await?;
+    if !extra.contains(&"--dry-run") {
+        wait_for("node-0 initialised", T, || initialised(&nodes, "node-0")).await?;
+    }
+    Ok(Env {
+        os,
+        cluster,
+        project,
+        public,
+        private,
+        services: Api::namespaced(client.clone(), "default"),
+        client,
+        ccm,
+    })
+}
+
+impl Env {
+    /// Creates the Service `name` (port 80), with `spec.loadBalancerIP` when given.
+    pub async fn service(&self, name: &str, load_balancer_ip: Option<&str>) -> Result<()> {
+        let mut svc = load_balancer_service(name, &[], &[(80, "http")]);
+        if let Some(ip) = load_balancer_ip {
+            svc.spec.as_mut().context("spec")?.load_balancer_ip = Some(ip.to_string());
+        }
+        self.services.create(&PostParams::default(), &svc).await?;
+        Ok(())
+    }
+
+    /// Waits for the Service's address in its status.
+    pub async fn ingress(&self, name: &str) -> Result<String> {
+        wait_for(&format!("{name}'s ingress"), T, || async {
+            ingress_ip(&self.services.get(name).await.ok()?)
+        })
+        .await
+        .inspect_err(|_| eprintln!("{}", self.ccm.log()))
+    }
+
+    /// The Service's Octavia load balancer (exactly one).
+    pub async fn load_balancer(&self, name: &str) -> Result<serde_json::Value> {
+        let lbs = self
+            .project
+            .load_balancers(&format!("kube_service_kubernetes_default_{name}"))
+            .await?;
+        anyhow::ensure!(lbs.len() == 1, "{name}: {lbs:?}");
+        Ok(lbs[0].clone())
+    }
+
+    /// Deletes the Service and waits until it is gone (finalizer removed) and Octavia has no
+    /// load balancer of it.
+    pub async fn delete_service(&self, name: &str) -> Result<()> {
+        self.services.delete(name, &DeleteParams::default()).await?;
+        let lb_name = format!("kube_service_kubernetes_default_{name}");
+        wait_for(&format!("{name} and its load balancer gone"), T, || async {
+            let svc = self.services.get_opt(name).await.ok()?;
+            let lbs = self.project.load_balancers(&lb_name).await.ok()?;
+            (svc.is_none() && lbs.is_empty()).then_some(())
+        })
+        .await
+        .inspect_err(|_| eprintln!("{}", self.ccm.log()))
+    }
+
+    /// The floating IP `id` as neutron has it.
+    pub async fn floating_ip(&self, id: &str) -> Result<serde_json::Value> {
+        Ok(self
+            .project
+            .session
+            .get(&format!("{NEUTRON}/floatingips/{id}"))
+            .await?["floatingip"]
+            .clone())
+    }
+}
+
+/// The number of Events of `reason` about the Service `name` (a repeat raises an Event's count).
+pub async fn event_count(client: &kube::Client, name: &str, reason: &str) -> Result<i32> {
+    let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    Ok(api
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(name) && e.reason.as_deref() == Some(reason))
+        .map(|e| e.count.unwrap_or(1))
+        .sum())
+}
+
+impl Env {
+    /// Makes the CCM sync the Service again (an annotation changes) and waits until that sync
+    /// ensured its load balancer (one more `EnsuredLoadBalancer`).
+    pub async fn sync_again(&self, name: &str) -> Result<()> {
+        let before = wait_for(&format!("{name} ensured"), T, || async {
+            let n = event_count(&self.client, name, "EnsuredLoadBalancer")
+                .await
+                .ok()?;
+            (n > 0).then_some(n)
+        })
+        .await?;
+        self.services
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"test.example/sync": before.to_string()}}})),
+            )
+            .await?;
+        wait_for(&format!("{name} ensured again"), T, || async {
+            let n = event_count(&self.client, name, "EnsuredLoadBalancer")
+                .await
+                .ok()?;
+            (n > before).then_some(())
+        })
+        .await
+        .inspect_err(|_| eprintln!("{}", self.ccm.log()))
+    }
+
+    /// The node port of the Service's first port.
+    pub async fn node_port(&self, name: &str) -> Result<i32> {
+        self.services
+            .get(name)
+            .await?
+            .spec
+            .context("spec")?
+            .ports
+            .context("ports")?[0]
+            .node_port
+            .context("node port")
+    }
+}

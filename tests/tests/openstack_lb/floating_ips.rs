@@ -1,0 +1,81 @@
+//! Floating IPs: a user's own one, chosen through `spec.loadBalancerIP`, is used and kept.
+
+use anyhow::{Context, Result};
+use rcp_e2e::{
+    k8s::{ingress_ip, wait_for_event},
+    openstack::NEUTRON,
+};
+use serde_json::json;
+
+use crate::env::*;
+
+/// A user's own floating IP named in `spec.loadBalancerIP` is attached to the load balancer's
+/// VIP port and is the Service's address; a second Service asking for it while it is attached
+/// gets a Warning that says so; deleting the Service deletes the load balancer but never the
+/// user's floating IP (detached, free again). An address the project does not hold is asked of
+/// neutron, whose default policy refuses it to non-admins: a Warning says so.
+#[tokio::test]
+async fn a_users_own_floating_ip_in_load_balancer_ip_is_used_and_survives_the_service() -> Result<()> {
+    let env = env("lb-own-fip").await?;
+    let mine = env
+        .project
+        .session
+        .post(
+            &format!("{NEUTRON}/floatingips"),
+            json!({"floatingip": {"floating_network_id": env.public.id, "description": "the user's own"}}),
+        )
+        .await?;
+    let (fip_id, address) = (
+        mine["floatingip"]["id"].as_str().context("id")?.to_string(),
+        mine["floatingip"]["floating_ip_address"]
+            .as_str()
+            .context("address")?
+            .to_string(),
+    );
+    env.service("own", Some(&address)).await?;
+    assert_eq!(env.ingress("own").await?, address, "the requested address");
+    let lb = env.load_balancer("own").await?;
+    assert_eq!(env.floating_ip(&fip_id).await?["port_id"], lb["vip_port_id"]);
+
+    // Asked for by a second Service while attached: a Warning saying so, no address.
+    env.service("thief", Some(&address)).await?;
+    wait_for_event(&env.client, "default", "thief", T, |_, message| {
+        message.contains(&format!("spec.loadBalancerIP {address}")) && message.contains("not free")
+    })
+    .await?;
+    assert_eq!(ingress_ip(&env.services.get("thief").await?), None);
+    env.delete_service("thief").await?;
+
+    env.delete_service("own").await?;
+    let left = env.floating_ip(&fip_id).await?;
+    assert_eq!(
+        left["floating_ip_address"],
+        address.as_str(),
+        "the user's floating IP is kept"
+    );
+    assert!(left["port_id"].is_null(), "and free again: {left}");
+
+    // An address the project does not hold: the CCM asks neutron for a floating IP of that
+    // address, which neutron's default policy allows admins only — a Warning names the address
+    // and neutron's refusal, and the Service gets no address (nothing else is made instead).
+    let wanted = "172.24.4.200";
+    env.service("made", Some(wanted)).await?;
+    wait_for_event(&env.client, "default", "made", T, |_, message| {
+        message.contains(&format!(
+            "creating the floating IP {wanted} (spec.loadBalancerIP)"
+        )) && message.contains("disallowed by policy")
+    })
+    .await?;
+    assert_eq!(ingress_ip(&env.services.get("made").await?), None);
+    env.delete_service("made").await?;
+    let after: Vec<_> = env
+        .project
+        .floating_ips()
+        .await?
+        .into_iter()
+        .map(|f| f["floating_ip_address"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(after, [address], "only the user's floating IP is left");
+    assert!(!env.ccm.log().contains(&env.project.password));
+    Ok(())
+}
