@@ -9,8 +9,9 @@
 //! - **Load balancers.** Named `kube_service_<cluster>_<namespace>_<name>` (the name this
 //!   provider and OCCM give; a name cut at Octavia's 255 characters is never matched: doubt
 //!   keeps), not `PENDING_*`, and no Service wants it: a Service wants the load balancer of its
-//!   name when it is `type: LoadBalancer` or still carries the cleanup finalizer. Its
-//!   listeners, pools, members and monitors go with it.
+//!   name, the one its `loadbalancer.openstack.org/load-balancer-id` names, and one tagged with
+//!   its load balancer name (a shared one), when it is `type: LoadBalancer` or still carries
+//!   the cleanup finalizer. Its listeners, pools, members and monitors go with it.
 //! - **Floating IPs.** Described as made for a Service of this cluster
 //!   ([`crate::loadbalancer::floating_ip_description`]), no Service of that namespace and name
 //!   wants a load balancer, and attached to no port or to the VIP port of an orphan load

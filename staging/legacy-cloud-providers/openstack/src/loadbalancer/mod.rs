@@ -1,25 +1,26 @@
 //! LoadBalancer Services as Octavia load balancers (cloud-provider-openstack's
 //! `openstack_loadbalancer.go`): one load balancer named
-//! `kube_service_<cluster>_<namespace>_<name>`, one listener per Service port (matched by
-//! protocol and port, named `listener_<i>_<lb>`), its default pool (`pool_<i>_<lb>`) with one
-//! member per backend Node (its first InternalIP, the port's NodePort, named after the Node),
-//! an optional health monitor (`monitor_<i>_<lb>`), and for external Services a neutron
-//! floating IP on the VIP port. Octavia is asynchronous: every change waits for the load
-//! balancer to be `ACTIVE` again.
+//! `kube_service_<cluster>_<namespace>_<name>` (found also under the legacy `a<uid>` name, or
+//! the one `loadbalancer.openstack.org/load-balancer-id` names, possibly another Service's,
+//! shared), one listener per Service port (matched by protocol and port, named
+//! `listener_<i>_<lb>`, tagged with the Service's load balancer name), its default pool
+//! (`pool_<i>_<lb>`) with one member per backend Node (its InternalIP of the Service's IP
+//! family, the port's NodePort, named after the Node), an optional health monitor
+//! (`monitor_<i>_<lb>`), and for external Services a neutron floating IP on the VIP port.
+//! Octavia is asynchronous: every change waits for the load balancer to be `ACTIVE` again.
 //!
-//! Annotations read (upstream names): `loadbalancer.openstack.org/subnet-id`, `…/network-id`,
-//! `…/port-id`, `…/floating-network-id`, `…/floating-subnet-id`, `…/lb-method`,
-//! `…/enable-health-monitor`,
-//! `…/keep-floatingip`, `…/flavor-id`, `…/availability-zone`, and
-//! `service.beta.kubernetes.io/openstack-internal-load-balancer`. A bad value is an error naming
-//! the annotation and the value; nothing is created or changed then.
+//! Annotations read (upstream names) are the `ANNOTATION_*` constants; a bad value is an error
+//! naming the annotation and the value; nothing is created or changed then. The README's
+//! OpenStack section lists them against OCCM's.
 //!
-//! Only load balancers with this cluster's name for the Service are touched. Octavia's states:
-//! `PENDING_*` is waited out (at most [`PROVISIONING_TIMEOUT`]); a load balancer that went into
-//! `ERROR` when it was made is deleted and made again (OCCM); one in `ERROR` that served is
-//! left as it is, an error on the Service, until the Service is deleted (then it is deleted,
-//! as an `ACTIVE` one). Floating IPs: only the one made for the Service is ever deleted
-//! (`floating_ip.rs`); `spec.loadBalancerIP` chooses the address.
+//! Only load balancers with this cluster's name for the Service, or that a Service names, are
+//! touched; on a shared one only the Service's own listeners (`listeners.rs`), and it is
+//! deleted only by the last Service using it (`delete.rs`). Octavia's states: `PENDING_*` is
+//! waited out (at most [`PROVISIONING_TIMEOUT`]); a load balancer that went into `ERROR` when
+//! it was made is deleted and made again (OCCM); one in `ERROR` that served is left as it is,
+//! an error on the Service, until the Service is deleted (then it is deleted, as an `ACTIVE`
+//! one). Floating IPs: only the one made for the Service is ever deleted (`floating_ip.rs`);
+//! `spec.loadBalancerIP` chooses the address.
 
 use std::{sync::Arc, time::Duration};
 
