@@ -361,4 +361,38 @@ mod tests {
             "Floating IP for Kubernetes external service shop/web from cluster kubernetes"
         );
     }
+
+    #[test]
+    fn a_shared_load_balancer_is_in_use_while_any_of_its_services_wants_it() {
+        let svc = |name: &str, lb_id: Option<&str>| KubeService {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                namespace: Some("default".into()),
+                name: Some(name.into()),
+                annotations: lb_id
+                    .map(|id| [(ANNOTATION_LOAD_BALANCER_ID.to_string(), id.to_string())].into()),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::core::v1::ServiceSpec {
+                type_: Some("LoadBalancer".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let lb: OctaviaLoadBalancer = serde_json::from_value(serde_json::json!({
+            "id": "lb-1",
+            "name": "kube_service_k_default_owner",
+            "tags": ["kube_service_k_default_owner", "kube_service_k_default_guest"],
+        }))
+        .unwrap();
+        let check =
+            |services: &[KubeService]| in_use(&lb, &wanted_names("k", services), &wanted_ids(services));
+        assert!(check(&[svc("owner", None)]), "its owner");
+        assert!(check(&[svc("guest", None)]), "a Service in its tags");
+        assert!(check(&[svc("other", Some("lb-1"))]), "a Service naming it");
+        assert!(
+            !check(&[svc("other", Some("lb-2")), svc("third", None)]),
+            "nobody"
+        );
+        assert!(!check(&[]));
+    }
 }
