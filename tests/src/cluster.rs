@@ -53,6 +53,21 @@ impl std::fmt::Debug for TestCluster {
 impl TestCluster {
     /// Starts etcd and kube-apiserver and waits until `/readyz` answers `ok`.
     pub async fn start() -> Result<Self> {
+        Self::start_with(&[]).await
+    }
+
+    /// A dual-stack cluster (kube-apiserver 1.20's alpha `IPv6DualStack` gate, Service IPs from
+    /// `10.0.0.0/20` and `fd00:10::/108`): Services may ask for `ipFamilies: [IPv6]`.
+    pub async fn start_dual_stack() -> Result<Self> {
+        Self::start_with(&[
+            "--feature-gates=IPv6DualStack=true",
+            "--service-cluster-ip-range=10.0.0.0/20,fd00:10::/108",
+        ])
+        .await
+    }
+
+    /// Like [`Self::start`], with extra kube-apiserver flags (a flag given again wins).
+    pub async fn start_with(extra_apiserver_args: &[&str]) -> Result<Self> {
         crate::init();
         let etcd_bin = paths::test_bin("etcd")?;
         let apiserver_bin = paths::test_bin("kube-apiserver")?;
@@ -135,7 +150,10 @@ impl TestCluster {
             "--max-requests-inflight=2000".into(),
             "--max-mutating-requests-inflight=1000".into(),
             "--v=1".into(),
-        ];
+        ]
+        .into_iter()
+        .chain(extra_apiserver_args.iter().map(|a| a.to_string()))
+        .collect();
         let apiserver = ManagedProcess::spawn(
             "kube-apiserver",
             &apiserver_bin,

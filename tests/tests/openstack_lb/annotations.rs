@@ -239,8 +239,10 @@ async fn node_selector_x_forwarded_for_and_local_traffic_monitors_reach_octavia(
 async fn a_load_balancer_class_of_the_config_chooses_the_floating_subnet() -> Result<()> {
     let env = env_full(
         "lb-class",
-        &[],
-        "[LoadBalancerClass \"second\"]\nfloating-subnet-id = ${SECOND_FLOATING_SUBNET}\n",
+        Setup {
+            load_balancer_lines: "[LoadBalancerClass \"second\"]\nfloating-subnet-id = ${SECOND_FLOATING_SUBNET}\n",
+            ..Default::default()
+        },
     )
     .await?;
     let class = |name: &str| {

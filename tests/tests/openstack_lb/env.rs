@@ -29,6 +29,22 @@ pub struct Env {
     pub client: kube::Client,
     pub services: Api<Service>,
     pub ccm: CcmProcess,
+    /// The private network's IPv6 subnet (`fd00:2::/64`), with [`Setup::dual_stack`].
+    pub private_v6_subnet: Option<String>,
+}
+
+/// What an [`Env`] is made with beyond the defaults.
+#[derive(Default)]
+pub struct Setup<'a> {
+    /// Extra CCM flags; with `--dry-run` the Node is not waited for (it stays tainted).
+    pub ccm_flags: &'a [&'a str],
+    /// Lines added to the config's `[LoadBalancer]` (and sections after it);
+    /// `${SECOND_FLOATING_SUBNET}` in them stands for a second subnet of the external network
+    /// (172.24.9.0/24), made for them.
+    pub load_balancer_lines: &'a str,
+    /// A dual-stack cluster, and an IPv6 subnet on the private network before `node-0` boots
+    /// (its server then has an address of each family).
+    pub dual_stack: bool,
 }
 
 pub async fn env(test: &str) -> Result<Env> {
@@ -38,17 +54,44 @@ pub async fn env(test: &str) -> Result<Env> {
 /// Like [`env`], with these extra CCM flags; with `--dry-run` the Node is not waited for (it
 /// stays tainted).
 pub async fn env_with(test: &str, extra: &[&str]) -> Result<Env> {
-    env_full(test, extra, "").await
+    env_full(
+        test,
+        Setup {
+            ccm_flags: extra,
+            ..Default::default()
+        },
+    )
+    .await
 }
 
-/// Like [`env_with`], with these lines added to the config's `[LoadBalancer]` (and sections
-/// after it); `${SECOND_FLOATING_SUBNET}` in them stands for a second subnet of the external
-/// network (172.24.9.0/24), made for them.
-pub async fn env_full(test: &str, extra: &[&str], load_balancer_lines: &str) -> Result<Env> {
+/// An [`Env`] made as `setup` says.
+pub async fn env_full(test: &str, setup: Setup<'_>) -> Result<Env> {
+    let Setup {
+        ccm_flags: extra,
+        load_balancer_lines,
+        dual_stack,
+    } = setup;
     let os = OpenStack::shared().await?;
-    let cluster = TestCluster::start().await?;
+    let cluster = if dual_stack {
+        TestCluster::start_dual_stack().await?
+    } else {
+        TestCluster::start().await?
+    };
     let project = os.project(test).await?;
     let private = project.network("private", "10.2.0.0/24").await?;
+    let private_v6_subnet = if dual_stack {
+        let v6 = project
+            .session
+            .post(
+                &format!("{NEUTRON}/subnets"),
+                serde_json::json!({"subnet": {"name": "private-v6", "network_id": private.id, "ip_version": 6,
+                       "cidr": "fd00:2::/64"}}),
+            )
+            .await?;
+        Some(v6["subnet"]["id"].as_str().context("subnet id")?.to_string())
+    } else {
+        None
+    };
     let public = project.external_network("public", "172.24.4.0/24").await?;
     project.router("edge", &public, &private).await?;
     project.server("node-0", &private).await?;
@@ -91,6 +134,7 @@ pub async fn env_full(test: &str, extra: &[&str], load_balancer_lines: &str) -> 
         services: Api::namespaced(client.clone(), "default"),
         client,
         ccm,
+        private_v6_subnet,
     })
 }
 

@@ -5,6 +5,7 @@
 
 mod adoption;
 mod annotations;
+mod dual_stack;
 mod env;
 mod floating_ips;
 mod safety;

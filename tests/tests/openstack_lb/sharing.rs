@@ -63,7 +63,14 @@ fn lb_name(service: &str) -> String {
 /// load balancer and the owner's floating IP with it.
 #[tokio::test]
 async fn services_share_a_load_balancer_up_to_max_shared_lb() -> Result<()> {
-    let env = env_full("lb-share", &[], "max-shared-lb = 3\n").await?;
+    let env = env_full(
+        "lb-share",
+        Setup {
+            load_balancer_lines: "max-shared-lb = 3\n",
+            ..Default::default()
+        },
+    )
+    .await?;
     env.service_on("owner", 80, &[]).await?;
     let address = env.ingress("owner").await?;
     let lb = env.load_balancer("owner").await?;

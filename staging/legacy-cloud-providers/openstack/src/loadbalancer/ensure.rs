@@ -209,7 +209,17 @@ impl OpenStackCloud {
             .await?;
 
         // Floating IP.
-        let address = if opts.internal {
+        let ipv6_vip = lb
+            .vip_address
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_ipv6());
+        let address = if ipv6_vip {
+            // As OCCM: neutron has no floating IPs for IPv6; the VIP is the address.
+            if !opts.internal && !opts.floating_network_id.is_empty() {
+                tracing::info!(lb = %lb.id, vip = %lb.vip_address, "IPv6 load balancer: no floating IP, the VIP is the address");
+            }
+            lb.vip_address.clone()
+        } else if opts.internal {
             // A floating IP made for the Service goes (detached when it is to be kept); a
             // user's own is left alone.
             self.release_floating_ip(
