@@ -227,7 +227,7 @@ async fn node_selector_x_forwarded_for_and_local_traffic_monitors_reach_octavia(
         members.iter().all(|m| m["monitor_port"].is_null()),
         "no monitor port without the HTTP monitor: {members:?}"
     );
-    assert_eq!(monitors[0]["pool_id"], pools[0]["id"]);
+    assert_eq!(monitors[0]["pools"][0]["id"], pools[0]["id"], "{monitors:?}");
     env.delete_service("web").await?;
     Ok(())
 }

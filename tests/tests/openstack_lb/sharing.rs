@@ -78,8 +78,21 @@ async fn services_share_a_load_balancer_up_to_max_shared_lb() -> Result<()> {
 
     env.service_on("guest", 8080, &[(LB_ID, &id)]).await?;
     assert_eq!(env.ingress("guest").await?, address, "the owner's floating IP");
+    // Refused: a port another Service listens on.
+    env.service_on("clash", 80, &[(LB_ID, &id)]).await?;
+    wait_for_event(&env.client, "default", "clash", T, |reason, message| {
+        reason == "SyncLoadBalancerFailed" && message.contains("port 80") && message.contains("taken")
+    })
+    .await?;
+    // A third Service; a fourth is refused: max-shared-lb counts every Service, the owner's
+    // included.
     env.service_on("extra", 9090, &[(LB_ID, &id)]).await?;
     assert_eq!(env.ingress("extra").await?, address);
+    env.service_on("over", 7070, &[(LB_ID, &id)]).await?;
+    wait_for_event(&env.client, "default", "over", T, |reason, message| {
+        reason == "SyncLoadBalancerFailed" && message.contains("already shared by 3 Services")
+    })
+    .await?;
     assert_eq!(
         env.listeners_of(&id).await?,
         [
@@ -87,15 +100,22 @@ async fn services_share_a_load_balancer_up_to_max_shared_lb() -> Result<()> {
             (8080, vec![lb_name("guest")]),
             (9090, vec![lb_name("extra")]),
         ],
-        "one listener per Service, tagged with its name"
+        "one listener per Service, tagged with its name; none for the refused ones"
     );
     let tags = env.load_balancer("owner").await?["tags"].clone();
+    let tags: Vec<&str> = tags
+        .as_array()
+        .context("tags")?
+        .iter()
+        .filter_map(|t| t.as_str())
+        .collect();
     for s in ["owner", "guest", "extra"] {
         assert!(
-            tags.as_array().context("tags")?.iter().any(|t| *t == lb_name(s)),
-            "{s} in the load balancer's tags: {tags}"
+            tags.contains(&lb_name(s).as_str()),
+            "{s} in the load balancer's tags: {tags:?}"
         );
     }
+    assert_eq!(tags.len(), 3, "not the refused ones: {tags:?}");
     assert_eq!(
         env.project
             .octavia_list("loadbalancers", "loadbalancers")
@@ -104,19 +124,6 @@ async fn services_share_a_load_balancer_up_to_max_shared_lb() -> Result<()> {
         1,
         "no other load balancer made"
     );
-
-    // Refused: a port another Service listens on; a fourth Service.
-    env.service_on("clash", 80, &[(LB_ID, &id)]).await?;
-    wait_for_event(&env.client, "default", "clash", T, |reason, message| {
-        reason == "SyncLoadBalancerFailed" && message.contains("port 80") && message.contains("taken")
-    })
-    .await?;
-    env.service_on("over", 7070, &[(LB_ID, &id)]).await?;
-    wait_for_event(&env.client, "default", "over", T, |reason, message| {
-        reason == "SyncLoadBalancerFailed" && message.contains("already shared by 3 Services")
-    })
-    .await?;
-    assert_eq!(env.listeners_of(&id).await?.len(), 3, "nothing added for them");
 
     // The owner goes: the load balancer stays for the others.
     env.delete_and_wait("owner").await?;
