@@ -6,7 +6,10 @@ use kube::{
     Api,
     api::{Patch, PatchParams, PostParams},
 };
-use rcp_e2e::k8s::{initialised, load_balancer_service, tainted_node, wait_for, wait_for_event};
+use rcp_e2e::{
+    k8s::{initialised, load_balancer_service, tainted_node, wait_for, wait_for_event},
+    openstack::NEUTRON,
+};
 use serde_json::json;
 
 use crate::env::*;
@@ -234,9 +237,10 @@ async fn node_selector_x_forwarded_for_and_local_traffic_monitors_reach_octavia(
 
 /// `loadbalancer.openstack.org/class` picks a `[LoadBalancerClass "…"]` of the config: its
 /// floating subnet (a second subnet of the external network) gives the Service its address; a
-/// class the config lacks is a Warning naming the classes it has.
+/// class the config lacks is a Warning naming the classes it has. The floating subnet is also
+/// chosen by a name glob (`floating-subnet`) and by a tag (`floating-subnet-tags`).
 #[tokio::test]
-async fn a_load_balancer_class_of_the_config_chooses_the_floating_subnet() -> Result<()> {
+async fn load_balancer_classes_and_floating_subnet_patterns_choose_the_floating_subnet() -> Result<()> {
     let env = env_full(
         "lb-class",
         Setup {
@@ -271,6 +275,54 @@ async fn a_load_balancer_class_of_the_config_chooses_the_floating_subnet() -> Re
             && message.contains("second")
     })
     .await?;
-    env.delete_service("second").await?;
+    // By name and by tag (only the second subnet tagged; neutron alone takes the first).
+    let annotated = |name: &str, key: &str, value: &str| {
+        let mut svc = load_balancer_service(name, &[], &[(80, "http")]);
+        svc.metadata.annotations = Some(
+            [(format!("loadbalancer.openstack.org/{key}"), value.to_string())]
+                .into_iter()
+                .collect(),
+        );
+        svc
+    };
+    env.project
+        .admin
+        .call(
+            reqwest::Method::PUT,
+            &format!(
+                "{NEUTRON}/subnets/{}/tags/lb-pool",
+                env.public_second_subnet.as_deref().context("second subnet")?
+            ),
+            None,
+        )
+        .await?;
+    env.services
+        .create(
+            &PostParams::default(),
+            &annotated("by-name", "floating-subnet", "public-sec*"),
+        )
+        .await?;
+    env.services
+        .create(
+            &PostParams::default(),
+            &annotated("by-tag", "floating-subnet-tags", "lb-pool"),
+        )
+        .await?;
+    let by_name = env.ingress("by-name").await?;
+    assert!(
+        by_name.starts_with("172.24.9."),
+        "public-second by its name: {by_name}"
+    );
+    let by_tag = env.ingress("by-tag").await?;
+    assert!(by_tag.starts_with("172.24.9."), "the tagged subnet: {by_tag}");
+    env.service("plain", None).await?;
+    let plain = env.ingress("plain").await?;
+    assert!(
+        plain.starts_with("172.24.4."),
+        "without a choice, neutron's: {plain}"
+    );
+    for s in ["second", "by-name", "by-tag", "plain"] {
+        env.delete_service(s).await?;
+    }
     Ok(())
 }

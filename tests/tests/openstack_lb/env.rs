@@ -31,6 +31,8 @@ pub struct Env {
     pub ccm: CcmProcess,
     /// The private network's IPv6 subnet (`fd00:2::/64`), with [`Setup::dual_stack`].
     pub private_v6_subnet: Option<String>,
+    /// The external network's second subnet (`172.24.9.0/24`), when the config names it.
+    pub public_second_subnet: Option<String>,
 }
 
 /// What an [`Env`] is made with beyond the defaults.
@@ -96,6 +98,7 @@ pub async fn env_full(test: &str, setup: Setup<'_>) -> Result<Env> {
     project.router("edge", &public, &private).await?;
     project.server("node-0", &private).await?;
     // A second subnet of the external network, for configs that name it.
+    let mut public_second_subnet = None;
     let load_balancer_lines = if load_balancer_lines.contains("${SECOND_FLOATING_SUBNET}") {
         let second = project
             .admin
@@ -106,6 +109,7 @@ pub async fn env_full(test: &str, setup: Setup<'_>) -> Result<Env> {
             )
             .await?;
         let id = second["subnet"]["id"].as_str().context("subnet id")?;
+        public_second_subnet = Some(id.to_string());
         load_balancer_lines.replace("${SECOND_FLOATING_SUBNET}", id)
     } else {
         load_balancer_lines.to_string()
@@ -135,6 +139,7 @@ pub async fn env_full(test: &str, setup: Setup<'_>) -> Result<Env> {
         client,
         ccm,
         private_v6_subnet,
+        public_second_subnet,
     })
 }
 

@@ -116,6 +116,10 @@ pub struct LoadBalancerOptions {
     pub floating_network_id: String,
     /// `floating-subnet-id`.
     pub floating_subnet_id: String,
+    /// `floating-subnet`: a name pattern of floating subnets (without `floating-subnet-id`).
+    pub floating_subnet: String,
+    /// `floating-subnet-tags`: a tag expression of floating subnets.
+    pub floating_subnet_tags: String,
     /// `member-subnet-id`: the members' subnet (default: the VIP subnet).
     pub member_subnet_id: String,
     /// `lb-method` (ROUND_ROBIN).
@@ -150,6 +154,10 @@ pub struct LoadBalancerClass {
     pub floating_network_id: String,
     /// `floating-subnet-id`.
     pub floating_subnet_id: String,
+    /// `floating-subnet`.
+    pub floating_subnet: String,
+    /// `floating-subnet-tags`.
+    pub floating_subnet_tags: String,
     /// `network-id`: the VIP's network.
     pub network_id: String,
     /// `subnet-id`: the VIP's subnet.
@@ -166,6 +174,8 @@ impl Default for LoadBalancerOptions {
             network_id: String::new(),
             floating_network_id: String::new(),
             floating_subnet_id: String::new(),
+            floating_subnet: String::new(),
+            floating_subnet_tags: String::new(),
             member_subnet_id: String::new(),
             lb_method: "ROUND_ROBIN".into(),
             lb_provider: String::new(),
@@ -246,9 +256,6 @@ pub struct OpenStackConfig {
 /// Why an OCCM `[LoadBalancer]` key is not acted on (the README's table says the same).
 fn unsupported_why(key: &str) -> &'static str {
     match key {
-        "floating-subnet" | "floating-subnet-tags" => {
-            "floating subnets chosen by name pattern or tags; use floating-subnet-id"
-        }
         "default-tls-container-ref" | "container-store" => {
             "TLS-terminating listeners need barbican, which the test cloud lacks; not implemented"
         }
@@ -258,6 +265,18 @@ fn unsupported_why(key: &str) -> &'static str {
         "provider-requires-serial-api-calls" => "members are always set in one batch call",
         _ => "not implemented",
     }
+}
+
+/// A `floating-subnet` name pattern, checked.
+fn subnet_pattern(section: &gcfg::Section, e: &gcfg::Entry) -> Result<String, ConfigError> {
+    let v = text(section, e)?;
+    crate::loadbalancer::FloatingSubnetSpec {
+        pattern: v.clone(),
+        ..Default::default()
+    }
+    .matcher()
+    .map_err(|m| ConfigError(format!("{}: {m}", place(section, e))))?;
+    Ok(v)
 }
 
 fn place(section: &gcfg::Section, e: &gcfg::Entry) -> String {
@@ -367,6 +386,8 @@ impl OpenStackConfig {
                     ("loadbalancer", "network-id") => lb.network_id = text(s, e)?,
                     ("loadbalancer", "floating-network-id") => lb.floating_network_id = text(s, e)?,
                     ("loadbalancer", "floating-subnet-id") => lb.floating_subnet_id = text(s, e)?,
+                    ("loadbalancer", "floating-subnet") => lb.floating_subnet = subnet_pattern(s, e)?,
+                    ("loadbalancer", "floating-subnet-tags") => lb.floating_subnet_tags = text(s, e)?,
                     ("loadbalancer", "member-subnet-id") => lb.member_subnet_id = text(s, e)?,
                     ("loadbalancer", "lb-method") => lb.lb_method = lb_method(s, e)?,
                     ("loadbalancer", "lb-provider") => lb.lb_provider = text(s, e)?,
@@ -404,7 +425,7 @@ impl OpenStackConfig {
                             return Err(ConfigError(format!("{}: {v:?} is not v2 (the only Octavia API)", place(s, e))));
                         }
                     }
-                    ("loadbalancer", key @ ("floating-subnet" | "floating-subnet-tags" | "default-tls-container-ref" | "container-store" | "enable-ingress-hostname" | "ingress-hostname-suffix" | "provider-requires-serial-api-calls")) => {
+                    ("loadbalancer", key @ ("default-tls-container-ref" | "container-store" | "enable-ingress-hostname" | "ingress-hostname-suffix" | "provider-requires-serial-api-calls")) => {
                         config.warnings.push(format!(
                             "{}: not supported by this provider, ignored ({})",
                             place(s, e),
@@ -453,11 +474,8 @@ impl OpenStackConfig {
                             "network-id" => c.network_id = text(s, e)?,
                             "subnet-id" => c.subnet_id = text(s, e)?,
                             "member-subnet-id" => c.member_subnet_id = text(s, e)?,
-                            "floating-subnet" | "floating-subnet-tags" => config.warnings.push(format!(
-                                "{}: not supported by this provider, ignored ({})",
-                                place(s, e),
-                                unsupported_why(&key)
-                            )),
+                            "floating-subnet" => c.floating_subnet = subnet_pattern(s, e)?,
+                            "floating-subnet-tags" => c.floating_subnet_tags = text(s, e)?,
                             _ => config
                                 .warnings
                                 .push(format!("{}: unknown key, ignored", place(s, e))),
@@ -750,6 +768,7 @@ node-selector = "env=prod, lb"
 manage-security-groups = true
 lb-version = v2
 floating-subnet = public-*
+floating-subnet-tags = &lb,prod
 enable-ingress-hostname = true
 [LoadBalancerClass "internet"]
 floating-network-id = ext-net
@@ -757,7 +776,7 @@ floating-subnet-id = ext-sub
 member-subnet-id = members
 [LoadBalancerClass "cheap"]
 subnet-id = vip-sub
-floating-subnet-tags = a&b
+floating-subnet-tags = !old
 colour = blue
 "#,
         ))
@@ -772,16 +791,13 @@ colour = blue
         assert_eq!(lb.classes["cheap"].subnet_id, "vip-sub");
         // Warned, never fatal: an OCCM cloud.conf is read unchanged.
         let w = c.warnings.join("\n");
-        for key in [
-            "manage-security-groups",
-            "floating-subnet ",
-            "enable-ingress-hostname",
-            "floating-subnet-tags",
-            "colour",
-        ] {
+        assert_eq!(lb.floating_subnet, "public-*");
+        assert_eq!(lb.floating_subnet_tags, "&lb,prod");
+        assert_eq!(lb.classes["cheap"].floating_subnet_tags, "!old");
+        for key in ["manage-security-groups", "enable-ingress-hostname", "colour"] {
             assert!(w.contains(key), "{key} not warned: {w}");
         }
-        assert_eq!(c.warnings.len(), 5, "{w}");
+        assert_eq!(c.warnings.len(), 3, "{w}");
         assert_eq!(
             OpenStackConfig::parse(Some(b"[LoadBalancer]\nmax-shared-lb = 2\n"))
                 .unwrap()
@@ -795,6 +811,10 @@ colour = blue
             ("[LoadBalancer]\nmax-shared-lb = many\n", "many"),
             ("[LoadBalancer]\nlb-version = v1\n", "v1"),
             ("[LoadBalancerClass]\nsubnet-id = x\n", "needs a name"),
+            (
+                "[LoadBalancer]\nfloating-subnet = ~(\n",
+                "not a valid subnet name pattern",
+            ),
         ] {
             let e = OpenStackConfig::parse(Some(bad.as_bytes()))
                 .unwrap_err()

@@ -133,27 +133,100 @@ impl OpenStackCloud {
         if let Some(r) = requested {
             body["floating_ip_address"] = json!(r);
         }
-        if !opts.floating_subnet_id.is_empty() {
-            body["subnet_id"] = json!(opts.floating_subnet_id);
-        }
-        let v = self
-            .client
-            .post(Service::Network, "/floatingips", &json!({"floatingip": body}))
-            .await
-            .map_err(|e| {
-                let what = match requested {
-                    Some(r) => format!(
-                        "creating the floating IP {r} (spec.loadBalancerIP) for VIP port {}",
-                        lb.vip_port_id
-                    ),
-                    None => format!("creating a floating IP for VIP port {}", lb.vip_port_id),
-                };
-                cloud_error(what, e)
-            })?;
+        let matcher = opts
+            .floating_subnet
+            .matcher()
+            .map_err(|m| CloudError::msg(format!("floating subnet: {m}")))?;
+        let v = match matcher {
+            // As OCCM: the subnets chosen by name and tags, tried in neutron's order until one
+            // has a free address (not for a requested address: neutron finds its subnet).
+            Some(m) if requested.is_none() => self.create_in_matching_subnet(&body, &m, opts, lb).await?,
+            _ => {
+                if !opts.floating_subnet.id.is_empty() {
+                    body["subnet_id"] = json!(opts.floating_subnet.id);
+                }
+                self.client
+                    .post(Service::Network, "/floatingips", &json!({"floatingip": body}))
+                    .await
+                    .map_err(|e| {
+                        let what = match requested {
+                            Some(r) => format!(
+                                "creating the floating IP {r} (spec.loadBalancerIP) for VIP port {}",
+                                lb.vip_port_id
+                            ),
+                            None => format!("creating a floating IP for VIP port {}", lb.vip_port_id),
+                        };
+                        cloud_error(what, e)
+                    })?
+            }
+        };
         let f: FloatingIp =
             decode(&v, "floatingip", "floatingips").map_err(|e| cloud_error("creating floating IP", e))?;
         tracing::info!(fip = %f.floating_ip_address, port = %lb.vip_port_id, "created floating IP");
         Ok(f.floating_ip_address)
+    }
+
+    /// Creates the floating IP `body` in the first floating subnet `m` chooses that has a free
+    /// address.
+    async fn create_in_matching_subnet(
+        &self,
+        body: &serde_json::Value,
+        m: &super::SubnetMatcher,
+        opts: &ServiceOptions,
+        lb: &OctaviaLoadBalancer,
+    ) -> CloudResult<serde_json::Value> {
+        #[derive(Deserialize)]
+        struct Subnet {
+            id: String,
+            #[serde(default)]
+            name: String,
+            #[serde(default)]
+            tags: Vec<String>,
+        }
+        let network = &opts.floating_network_id;
+        let path = format!(
+            "/subnets?network_id={}{}",
+            query_escape(network),
+            m.neutron_query()
+        );
+        let subnets: Vec<Subnet> = self
+            .client
+            .list(Service::Network, &path, "subnets")
+            .await
+            .map_err(|e| cloud_error(format!("listing the subnets of floating network {network}"), e))?;
+        let mut last = None;
+        for subnet in subnets.iter().filter(|s| m.matches(&s.name, &s.tags)) {
+            let mut b = body.clone();
+            b["subnet_id"] = json!(subnet.id);
+            match self
+                .client
+                .post(Service::Network, "/floatingips", &json!({"floatingip": b}))
+                .await
+            {
+                Ok(v) => {
+                    tracing::info!(subnet = %subnet.name, subnet_id = %subnet.id, port = %lb.vip_port_id, "floating IP from a chosen subnet");
+                    return Ok(v);
+                }
+                // Full, or refused: the next one (as OCCM); the last refusal is reported.
+                Err(e) => {
+                    tracing::info!(subnet = %subnet.name, error = %e, "floating subnet not used");
+                    last = Some((subnet.name.clone(), e));
+                }
+            }
+        }
+        Err(match last {
+            Some((name, e)) => cloud_error(
+                format!(
+                    "no subnet of floating network {network} matching {} has a free address (the last tried, {name:?})",
+                    opts.floating_subnet
+                ),
+                e,
+            ),
+            None => CloudError::msg(format!(
+                "no subnet of floating network {network} matches {}",
+                opts.floating_subnet
+            )),
+        })
     }
 
     /// Takes the floating IP off `lb`'s VIP port: deleted when it was made for the Service (its

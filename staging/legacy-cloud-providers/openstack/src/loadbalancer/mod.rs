@@ -33,12 +33,14 @@ use crate::OpenStackCloud;
 mod delete;
 mod ensure;
 mod floating_ip;
+mod floating_subnet;
 mod listeners;
 mod octavia;
 mod options;
 
 pub(crate) use floating_ip::FloatingIp;
 pub use floating_ip::floating_ip_description;
+pub use floating_subnet::{FloatingSubnetSpec, SubnetMatcher};
 pub use octavia::{OctaviaFeature, OctaviaLoadBalancer, octavia_api_version};
 pub use options::*;
 

@@ -65,9 +65,10 @@ pub const ANNOTATION_NODE_SELECTOR: &str = "loadbalancer.openstack.org/node-sele
 pub const ANNOTATION_X_FORWARDED_FOR: &str = "loadbalancer.openstack.org/x-forwarded-for";
 /// `loadbalancer.openstack.org/class`: a `[LoadBalancerClass "<name>"]` of the config.
 pub const ANNOTATION_CLASS: &str = "loadbalancer.openstack.org/class";
-/// `loadbalancer.openstack.org/floating-subnet`: not supported (a name pattern); an error.
+/// `loadbalancer.openstack.org/floating-subnet`: a name pattern of floating subnets
+/// ([`super::FloatingSubnetSpec`]).
 pub const ANNOTATION_FLOATING_SUBNET: &str = "loadbalancer.openstack.org/floating-subnet";
-/// `loadbalancer.openstack.org/floating-subnet-tags`: not supported; an error.
+/// `loadbalancer.openstack.org/floating-subnet-tags`: a tag expression of floating subnets.
 pub const ANNOTATION_FLOATING_SUBNET_TAGS: &str = "loadbalancer.openstack.org/floating-subnet-tags";
 /// `loadbalancer.openstack.org/default-tls-container-ref`: not supported (needs barbican); an
 /// error.
@@ -153,8 +154,8 @@ pub struct ServiceOptions {
     pub port_id: String,
     /// Floating IP network (empty: none).
     pub floating_network_id: String,
-    /// Floating IP subnet (empty: neutron chooses).
-    pub floating_subnet_id: String,
+    /// Floating IP subnet (nothing set: neutron chooses).
+    pub floating_subnet: super::FloatingSubnetSpec,
     /// No floating IP.
     pub internal: bool,
     /// Pool algorithm.
@@ -250,6 +251,55 @@ fn listener_settings(service: &KubeService) -> CloudResult<Vec<(&'static str, i6
     Ok(out)
 }
 
+/// The floating subnet, as OCCM chooses it: the class's (its ID, else its name pattern and
+/// tags), else the annotations' (the same way), else `[LoadBalancer]`'s. A bad name pattern is
+/// an error naming where it comes from.
+fn floating_subnet(
+    service: &KubeService,
+    c: &crate::config::LoadBalancerOptions,
+    class: Option<&crate::config::LoadBalancerClass>,
+) -> CloudResult<super::FloatingSubnetSpec> {
+    let spec = |id: &str, pattern: &str, tags: &str| super::FloatingSubnetSpec {
+        id: id.trim().to_string(),
+        pattern: if id.trim().is_empty() {
+            pattern.trim().to_string()
+        } else {
+            String::new()
+        },
+        tags: if id.trim().is_empty() {
+            tags.trim().to_string()
+        } else {
+            String::new()
+        },
+    };
+    let (chosen, source) =
+        match class.map(|k| spec(&k.floating_subnet_id, &k.floating_subnet, &k.floating_subnet_tags)) {
+            Some(s) if s.is_set() => (s, format!("annotation {ANNOTATION_CLASS}'s [LoadBalancerClass]")),
+            _ => {
+                let from_annotations = spec(
+                    annotation(service, ANNOTATION_FLOATING_SUBNET_ID).unwrap_or_default(),
+                    annotation(service, ANNOTATION_FLOATING_SUBNET).unwrap_or_default(),
+                    annotation(service, ANNOTATION_FLOATING_SUBNET_TAGS).unwrap_or_default(),
+                );
+                if from_annotations.is_set() {
+                    (
+                        from_annotations,
+                        format!("annotation {ANNOTATION_FLOATING_SUBNET}"),
+                    )
+                } else {
+                    (
+                        spec(&c.floating_subnet_id, &c.floating_subnet, &c.floating_subnet_tags),
+                        "[LoadBalancer] floating-subnet".to_string(),
+                    )
+                }
+            }
+        };
+    chosen
+        .matcher()
+        .map_err(|m| CloudError::msg(format!("{source}: {m}")))?;
+    Ok(chosen)
+}
+
 impl ServiceOptions {
     /// Reads the annotations over the configured defaults.
     pub fn from_service(cloud: &OpenStackCloud, service: &KubeService) -> CloudResult<Self> {
@@ -260,21 +310,10 @@ impl ServiceOptions {
                 .map_err(|m| CloudError::msg(format!("annotation {ANNOTATION_LB_METHOD}: {m}")))?,
             None => c.lb_method.clone(),
         };
-        for key in [
-            ANNOTATION_FLOATING_SUBNET,
-            ANNOTATION_FLOATING_SUBNET_TAGS,
-            ANNOTATION_TLS_CONTAINER_REF,
-        ] {
-            if annotation(service, key).is_some_and(|v| !v.trim().is_empty()) {
-                return Err(CloudError::msg(format!(
-                    "annotation {key} is not supported by this provider (see the README's OpenStack annotation table); remove it{}",
-                    if key == ANNOTATION_TLS_CONTAINER_REF {
-                        ""
-                    } else {
-                        " or name the subnet with loadbalancer.openstack.org/floating-subnet-id"
-                    }
-                )));
-            }
+        if annotation(service, ANNOTATION_TLS_CONTAINER_REF).is_some_and(|v| !v.trim().is_empty()) {
+            return Err(CloudError::msg(format!(
+                "annotation {ANNOTATION_TLS_CONTAINER_REF} is not supported by this provider (TLS-terminating listeners need barbican; see the README's OpenStack annotation table): remove it"
+            )));
         }
         // A `[LoadBalancerClass]` comes between the annotations and `[LoadBalancer]`.
         let class = match annotation(service, ANNOTATION_CLASS).map(str::trim) {
@@ -321,10 +360,7 @@ impl ServiceOptions {
                 .map(|k| k.floating_network_id.clone())
                 .filter(|v| !v.is_empty())
                 .unwrap_or_else(|| text(ANNOTATION_FLOATING_NETWORK_ID, &c.floating_network_id)),
-            floating_subnet_id: class
-                .map(|k| k.floating_subnet_id.clone())
-                .filter(|v| !v.is_empty())
-                .unwrap_or_else(|| text(ANNOTATION_FLOATING_SUBNET_ID, &c.floating_subnet_id)),
+            floating_subnet: floating_subnet(service, c, class)?,
             internal,
             lb_method,
             health_monitor,
