@@ -17,10 +17,19 @@ use crate::env::*;
 /// OCCM's listener, pool, monitor and status annotations, read back from Octavia: connection
 /// limit and timeouts on the listener, PROXY protocol on the pool, the monitor's settings, the
 /// status's hostname; changed on the Service, each is changed in Octavia (the pool made again
-/// for a new protocol, the monitor updated in place).
+/// for a new protocol, the monitor updated in place). With `enable-ingress-hostname`, a PROXY
+/// protocol Service without the hostname annotation shows `<address>.<suffix>`, and its address
+/// once PROXY protocol is off.
 #[tokio::test]
 async fn annotations_reach_octavia_and_follow_changes() -> Result<()> {
-    let env = env("lb-annotations").await?;
+    let env = env_full(
+        "lb-annotations",
+        Setup {
+            load_balancer_lines: "enable-ingress-hostname = true\ningress-hostname-suffix = nip.test\n",
+            ..Default::default()
+        },
+    )
+    .await?;
     let a = |pairs: &[(&str, &str)]| -> serde_json::Value {
         json!({"metadata": {"annotations": pairs
             .iter()
@@ -78,6 +87,36 @@ async fn annotations_reach_octavia_and_follow_changes() -> Result<()> {
     assert_eq!(monitors[0]["max_retries"], 2);
     let first_pool = pools[0]["id"].clone();
 
+    // Without the hostname annotation: `<address>.<suffix>` (PROXY protocol is on).
+    env.services
+        .patch(
+            "tuned",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"loadbalancer.openstack.org/hostname": null}}}),
+            ),
+        )
+        .await?;
+    let fips = env.project.floating_ips().await?;
+    let fip = fips
+        .iter()
+        .find(|f| {
+            f["description"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("default/tuned")
+        })
+        .and_then(|f| f["floating_ip_address"].as_str())
+        .context("tuned's floating IP")?
+        .to_string();
+    wait_for("tuned's <address>.nip.test", T, || async {
+        let s = env.services.get("tuned").await.ok()?;
+        (s.status?.load_balancer?.ingress?.first()?.hostname.as_deref()? == format!("{fip}.nip.test"))
+            .then_some(())
+    })
+    .await
+    .inspect_err(|_| eprintln!("{}", env.ccm.log()))?;
+
     // Changed: no PROXY protocol (a new pool), another delay, no connection limit.
     env.services
         .patch(
@@ -115,6 +154,11 @@ async fn annotations_reach_octavia_and_follow_changes() -> Result<()> {
         )
         .await?;
     assert_eq!(members.len(), 1, "the new pool has the member: {members:?}");
+    assert_eq!(
+        env.ingress("tuned").await?,
+        fip,
+        "PROXY protocol off: the address"
+    );
     env.delete_service("tuned").await?;
     Ok(())
 }

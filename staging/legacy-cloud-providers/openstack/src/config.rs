@@ -136,6 +136,12 @@ pub struct LoadBalancerOptions {
     pub availability_zone: String,
     /// Health monitors.
     pub monitor: MonitorOptions,
+    /// `enable-ingress-hostname` (false): with PROXY protocol the status shows the hostname
+    /// `<address>.<ingress-hostname-suffix>` instead of the address (so that kube-proxy does
+    /// not short-circuit the load balancer and its PROXY header).
+    pub enable_ingress_hostname: bool,
+    /// `ingress-hostname-suffix` (`nip.io`).
+    pub ingress_hostname_suffix: String,
     /// `max-shared-lb` (2): how many Services may share one load balancer (through the
     /// `loadbalancer.openstack.org/load-balancer-id` annotation).
     pub max_shared_lb: u32,
@@ -190,6 +196,8 @@ impl Default for LoadBalancerOptions {
                 max_retries: 1,
                 max_retries_down: 3,
             },
+            enable_ingress_hostname: false,
+            ingress_hostname_suffix: "nip.io".into(),
             max_shared_lb: 2,
             node_selector: String::new(),
             classes: Default::default(),
@@ -258,9 +266,6 @@ fn unsupported_why(key: &str) -> &'static str {
     match key {
         "default-tls-container-ref" | "container-store" => {
             "TLS-terminating listeners need barbican, which the test cloud lacks; not implemented"
-        }
-        "enable-ingress-hostname" | "ingress-hostname-suffix" => {
-            "status hostnames for PROXY protocol; use the loadbalancer.openstack.org/hostname annotation"
         }
         "provider-requires-serial-api-calls" => "members are always set in one batch call",
         _ => "not implemented",
@@ -412,6 +417,8 @@ impl OpenStackConfig {
                         }
                     }
                     ("loadbalancer", "node-selector") => lb.node_selector = text(s, e)?,
+                    ("loadbalancer", "enable-ingress-hostname") => lb.enable_ingress_hostname = boolean(s, e)?,
+                    ("loadbalancer", "ingress-hostname-suffix") => lb.ingress_hostname_suffix = text(s, e)?,
                     // Keys OCCM documents that this provider does not act on: warned, never
                     // fatal, so that an OCCM cloud.conf is read unchanged.
                     ("loadbalancer", "manage-security-groups") if boolean(s, e)? => config.warnings.push(format!(
@@ -425,7 +432,7 @@ impl OpenStackConfig {
                             return Err(ConfigError(format!("{}: {v:?} is not v2 (the only Octavia API)", place(s, e))));
                         }
                     }
-                    ("loadbalancer", key @ ("default-tls-container-ref" | "container-store" | "enable-ingress-hostname" | "ingress-hostname-suffix" | "provider-requires-serial-api-calls")) => {
+                    ("loadbalancer", key @ ("default-tls-container-ref" | "container-store" | "provider-requires-serial-api-calls")) => {
                         config.warnings.push(format!(
                             "{}: not supported by this provider, ignored ({})",
                             place(s, e),
@@ -770,6 +777,7 @@ lb-version = v2
 floating-subnet = public-*
 floating-subnet-tags = &lb,prod
 enable-ingress-hostname = true
+default-tls-container-ref = https://barbican.example/v1/containers/abc
 [LoadBalancerClass "internet"]
 floating-network-id = ext-net
 floating-subnet-id = ext-sub
@@ -794,7 +802,9 @@ colour = blue
         assert_eq!(lb.floating_subnet, "public-*");
         assert_eq!(lb.floating_subnet_tags, "&lb,prod");
         assert_eq!(lb.classes["cheap"].floating_subnet_tags, "!old");
-        for key in ["manage-security-groups", "enable-ingress-hostname", "colour"] {
+        assert!(lb.enable_ingress_hostname);
+        assert_eq!(lb.ingress_hostname_suffix, "nip.io", "the default");
+        for key in ["manage-security-groups", "default-tls-container-ref", "colour"] {
             assert!(w.contains(key), "{key} not warned: {w}");
         }
         assert_eq!(c.warnings.len(), 3, "{w}");

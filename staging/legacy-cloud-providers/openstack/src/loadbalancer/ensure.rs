@@ -267,7 +267,10 @@ impl OpenStackCloud {
             .await?;
             tracing::info!(lb = %lb.id, service_tag = %name, "tagged the load balancer with the Service");
         }
-        Ok((status_for(&address, opts.hostname.as_deref()), members.skipped))
+        Ok((
+            status_for(&address, opts.status_hostname(&address).as_deref()),
+            members.skipped,
+        ))
     }
 
     /// Creates the Service's own load balancer.

@@ -79,10 +79,15 @@ impl LoadBalancer for OpenStackCloud {
             Some(f) => f.floating_ip_address,
             None => lb.vip_address,
         };
-        let hostname = annotation(service, ANNOTATION_HOSTNAME)
-            .map(str::trim)
-            .filter(|h| !h.is_empty());
-        Ok(Some(status_for(&address, hostname)))
+        // The annotations as `ensure` reads them; unreadable ones: the hostname annotation alone.
+        let hostname = match ServiceOptions::from_service(self, service) {
+            Ok(opts) => opts.status_hostname(&address),
+            Err(_) => annotation(service, ANNOTATION_HOSTNAME)
+                .map(str::trim)
+                .filter(|h| !h.is_empty())
+                .map(str::to_string),
+        };
+        Ok(Some(status_for(&address, hostname.as_deref())))
     }
 
     fn get_load_balancer_name(&self, cluster: &str, service: &KubeService) -> String {

@@ -176,6 +176,9 @@ pub struct ServiceOptions {
     pub monitor: (u64, u64, u32, u32),
     /// The hostname the status shows, if asked for.
     pub hostname: Option<String>,
+    /// With PROXY protocol and `enable-ingress-hostname`: the suffix of the status hostname
+    /// `<address>.<suffix>`.
+    pub ingress_hostname_suffix: Option<String>,
     /// The load balancer named by `load-balancer-id`, if any.
     pub load_balancer_id: Option<String>,
     /// The labels a member Node needs (empty: every Node).
@@ -417,6 +420,16 @@ impl ServiceOptions {
             ),
             keep_client_ip,
             health_check_node_port,
+            ingress_hostname_suffix: None,
+        };
+        let o = Self {
+            ingress_hostname_suffix: (c.enable_ingress_hostname && o.proxy_protocol.is_some()).then(|| {
+                c.ingress_hostname_suffix
+                    .trim()
+                    .trim_start_matches('.')
+                    .to_string()
+            }),
+            ..o
         };
         if o.keep_client_ip && o.proxy_protocol.is_some() {
             return Err(CloudError::msg(format!(
@@ -453,6 +466,16 @@ impl ServiceOptions {
             Some(p) => p,
             None => self.listener_protocol(port),
         }
+    }
+
+    /// The hostname the status shows for `address`: the `hostname` annotation's, else with
+    /// PROXY protocol and `enable-ingress-hostname` `<address>.<suffix>` (OCCM), else none.
+    pub fn status_hostname(&self, address: &str) -> Option<String> {
+        self.hostname.clone().or_else(|| {
+            self.ingress_hostname_suffix
+                .as_ref()
+                .map(|suffix| format!("{address}.{suffix}"))
+        })
     }
 
     /// The subnet of the members: `member-subnet-id`, else the VIP subnet.
