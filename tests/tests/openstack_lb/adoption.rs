@@ -142,11 +142,7 @@ async fn a_load_balancer_made_by_occm_is_adopted_without_a_write() -> Result<()>
 
     env.delete_service("adopt").await?;
     assert!(
-        !env.project
-            .floating_ips()
-            .await?
-            .iter()
-            .any(|f| f["floating_ip_address"] == address.as_str()),
+        !env.has_floating_ip(&address).await?,
         "OCCM's floating IP, made for the Service, went with it"
     );
     Ok(())
@@ -195,11 +191,7 @@ async fn a_load_balancer_under_the_legacy_name_is_adopted_and_never_deleted() ->
         kept[0]["tags"]
     );
     assert!(
-        env.project
-            .floating_ips()
-            .await?
-            .iter()
-            .any(|f| f["floating_ip_address"] == address.as_str()),
+        env.has_floating_ip(&address).await?,
         "its floating IP is kept with it"
     );
     Ok(())

@@ -61,19 +61,8 @@ async fn annotations_reach_octavia_and_follow_changes() -> Result<()> {
     let lb = env.load_balancer("tuned").await?;
     let lb_id = lb["id"].as_str().context("id")?.to_string();
     let read = || async {
-        let listeners = env
-            .project
-            .octavia_list(&format!("listeners?loadbalancer_id={lb_id}"), "listeners")
-            .await?;
-        let pools = env
-            .project
-            .octavia_list(&format!("pools?loadbalancer_id={lb_id}"), "pools")
-            .await?;
-        let monitors = env
-            .project
-            .octavia_list("healthmonitors", "healthmonitors")
-            .await?;
-        anyhow::Ok((listeners, pools, monitors))
+        let o = env.octavia_objects(&lb_id).await?;
+        anyhow::Ok((o.listeners, o.pools, o.monitors))
     };
     let (listeners, pools, monitors) = read().await?;
     assert_eq!(listeners.len(), 1, "{listeners:?}");
@@ -210,30 +199,8 @@ async fn node_selector_x_forwarded_for_and_local_traffic_monitors_reach_octavia(
         .context("id")?
         .to_string();
     let read = || async {
-        let listeners = env
-            .project
-            .octavia_list(&format!("listeners?loadbalancer_id={lb_id}"), "listeners")
-            .await?;
-        let pools = env
-            .project
-            .octavia_list(&format!("pools?loadbalancer_id={lb_id}"), "pools")
-            .await?;
-        let members = match pools.first() {
-            Some(p) => {
-                env.project
-                    .octavia_list(
-                        &format!("pools/{}/members", p["id"].as_str().unwrap_or_default()),
-                        "members",
-                    )
-                    .await?
-            }
-            None => Vec::new(),
-        };
-        let monitors = env
-            .project
-            .octavia_list("healthmonitors", "healthmonitors")
-            .await?;
-        anyhow::Ok((listeners, pools, members, monitors))
+        let o = env.octavia_objects(&lb_id).await?;
+        anyhow::Ok((o.listeners, o.pools, o.members, o.monitors))
     };
     let (listeners, pools, members, monitors) = read().await?;
     assert_eq!(listeners.len(), 1, "{listeners:?}");

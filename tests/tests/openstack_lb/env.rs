@@ -252,3 +252,55 @@ impl Env {
             .context("node port")
     }
 }
+
+/// What Octavia has of a load balancer.
+pub struct OctaviaObjects {
+    /// Its listeners.
+    pub listeners: Vec<serde_json::Value>,
+    /// Its pools.
+    pub pools: Vec<serde_json::Value>,
+    /// The members of its first pool.
+    pub members: Vec<serde_json::Value>,
+    /// The project's health monitors.
+    pub monitors: Vec<serde_json::Value>,
+}
+
+impl Env {
+    /// The load balancer `lb_id`'s listeners, pools, first pool's members, and the project's
+    /// health monitors.
+    pub async fn octavia_objects(&self, lb_id: &str) -> Result<OctaviaObjects> {
+        let p = &self.project;
+        let listeners = p
+            .octavia_list(&format!("listeners?loadbalancer_id={lb_id}"), "listeners")
+            .await?;
+        let pools = p
+            .octavia_list(&format!("pools?loadbalancer_id={lb_id}"), "pools")
+            .await?;
+        let members = match pools.first().and_then(|p| p["id"].as_str()) {
+            Some(pool) => {
+                p.octavia_list(&format!("pools/{pool}/members"), "members")
+                    .await?
+            }
+            None => Vec::new(),
+        };
+        let monitors = p.octavia_list("healthmonitors", "healthmonitors").await?;
+        Ok(OctaviaObjects {
+            listeners,
+            pools,
+            members,
+            monitors,
+        })
+    }
+}
+
+impl Env {
+    /// Whether the project has the floating IP `address`.
+    pub async fn has_floating_ip(&self, address: &str) -> Result<bool> {
+        Ok(self
+            .project
+            .floating_ips()
+            .await?
+            .iter()
+            .any(|f| f["floating_ip_address"] == address))
+    }
+}

@@ -146,11 +146,7 @@ async fn services_share_a_load_balancer_up_to_max_shared_lb() -> Result<()> {
         "only the owner's listener went"
     );
     assert!(
-        env.project
-            .floating_ips()
-            .await?
-            .iter()
-            .any(|f| f["floating_ip_address"] == address.as_str()),
+        env.has_floating_ip(&address).await?,
         "the floating IP stays with the load balancer"
     );
 
@@ -173,11 +169,7 @@ async fn services_share_a_load_balancer_up_to_max_shared_lb() -> Result<()> {
     .await
     .inspect_err(|_| eprintln!("{}", env.ccm.log()))?;
     assert!(
-        !env.project
-            .floating_ips()
-            .await?
-            .iter()
-            .any(|f| f["floating_ip_address"] == address.as_str()),
+        !env.has_floating_ip(&address).await?,
         "the owner's floating IP went with it"
     );
     Ok(())

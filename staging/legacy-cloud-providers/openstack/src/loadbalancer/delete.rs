@@ -15,7 +15,7 @@ use super::{
     octavia::*,
     options::*,
 };
-use crate::{OpenStackCloud, client::Service, cloud_error};
+use crate::OpenStackCloud;
 
 impl OpenStackCloud {
     /// Whether the Service `ns/name` exists and wants a load balancer (`type: LoadBalancer`,
@@ -99,22 +99,9 @@ impl OpenStackCloud {
 
         // Kept: only the Service's listeners go (tagged with its name; as OCCM, untagged ones
         // of a load balancer made before tags are left).
-        let listeners: Vec<Listener> = self
-            .client
-            .list(
-                Service::LoadBalancer,
-                &format!("{LBAAS}/listeners?loadbalancer_id={}", lb.id),
-                "listeners",
-            )
-            .await
-            .map_err(|e| cloud_error(format!("listing listeners of {}", lb.id), e))?;
+        let listeners = self.listeners_of(&lb.id).await?;
         for l in listeners.iter().filter(|l| is_services_listener(l, &name, false)) {
-            if let Some(pool) = l.default_pool_id.as_deref().filter(|p| !p.is_empty()) {
-                self.lb_delete(&lb.id, &format!("{LBAAS}/pools/{pool}"), "pool")
-                    .await?;
-            }
-            self.lb_delete(&lb.id, &format!("{LBAAS}/listeners/{}", l.id), "listener")
-                .await?;
+            self.delete_listener(&lb.id, l).await?;
             tracing::info!(lb = %lb.id, listener = %l.id, port = l.protocol_port, "deleted the Service's listener of a load balancer that stays");
         }
         if lb.tags.contains(&name) {

@@ -45,15 +45,7 @@ impl OpenStackCloud {
         members: &Members,
         tags: bool,
     ) -> CloudResult<()> {
-        let listeners: Vec<Listener> = self
-            .client
-            .list(
-                Service::LoadBalancer,
-                &format!("{LBAAS}/listeners?loadbalancer_id={}", lb.id),
-                "listeners",
-            )
-            .await
-            .map_err(|e| cloud_error(format!("listing listeners of {}", lb.id), e))?;
+        let listeners = self.listeners_of(&lb.id).await?;
         let wanted: Vec<(&str, i32)> = ports
             .iter()
             .map(|p| (opts.listener_protocol(p), p.port))
@@ -84,12 +76,7 @@ impl OpenStackCloud {
         for l in listeners.iter().filter(|l| {
             is_services_listener(l, name, owner) && !wanted.contains(&(l.protocol.as_str(), l.protocol_port))
         }) {
-            if let Some(pool) = l.default_pool_id.as_deref().filter(|p| !p.is_empty()) {
-                self.lb_delete(&lb.id, &format!("{LBAAS}/pools/{pool}"), "pool")
-                    .await?;
-            }
-            self.lb_delete(&lb.id, &format!("{LBAAS}/listeners/{}", l.id), "listener")
-                .await?;
+            self.delete_listener(&lb.id, l).await?;
             tracing::info!(listener = %l.id, protocol = %l.protocol, port = l.protocol_port, "deleted a listener the Service no longer has");
         }
 

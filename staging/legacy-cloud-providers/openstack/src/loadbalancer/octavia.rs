@@ -337,6 +337,29 @@ impl OpenStackCloud {
         Ok(())
     }
 
+    /// The listeners of the load balancer `lb_id`.
+    pub(super) async fn listeners_of(&self, lb_id: &str) -> CloudResult<Vec<Listener>> {
+        self.client
+            .list(
+                Service::LoadBalancer,
+                &format!("{LBAAS}/listeners?loadbalancer_id={}", query_escape(lb_id)),
+                "listeners",
+            )
+            .await
+            .map_err(|e| cloud_error(format!("listing listeners of {lb_id}"), e))
+    }
+
+    /// Deletes a listener of `lb_id` with its default pool (its members and monitor go with
+    /// it): the pool first, then the listener, each waited out.
+    pub(super) async fn delete_listener(&self, lb_id: &str, l: &Listener) -> CloudResult<()> {
+        if let Some(pool) = l.default_pool_id.as_deref().filter(|p| !p.is_empty()) {
+            self.lb_delete(lb_id, &format!("{LBAAS}/pools/{pool}"), "pool")
+                .await?;
+        }
+        self.lb_delete(lb_id, &format!("{LBAAS}/listeners/{}", l.id), "listener")
+            .await
+    }
+
     /// Creates a child of `lb_id` and waits until the load balancer is `ACTIVE` again.
     pub(super) async fn lb_post(
         &self,
