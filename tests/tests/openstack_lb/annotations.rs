@@ -286,7 +286,8 @@ async fn load_balancer_classes_and_floating_subnet_patterns_choose_the_floating_
             && message.contains("second")
     })
     .await?;
-    // By name and by tag (only the second subnet tagged; neutron alone takes the first).
+    // By name and by tag (only the second subnet tagged; without a choice neutron takes
+    // either).
     let annotated = |name: &str, key: &str, value: &str| {
         let mut svc = load_balancer_service(name, &[], &[(80, "http")]);
         svc.metadata.annotations = Some(

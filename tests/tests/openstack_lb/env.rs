@@ -74,45 +74,58 @@ pub async fn env_full(test: &str, setup: Setup<'_>) -> Result<Env> {
         dual_stack,
     } = setup;
     let os = OpenStack::shared().await?;
-    let cluster = if dual_stack {
-        TestCluster::start_dual_stack().await?
-    } else {
-        TestCluster::start().await?
+    // The API server starts while the cloud is made (each takes seconds).
+    let cluster = async {
+        if dual_stack {
+            TestCluster::start_dual_stack().await
+        } else {
+            TestCluster::start().await
+        }
     };
-    let project = os.project(test).await?;
-    let private = project.network("private", "10.2.0.0/24").await?;
-    let private_v6_subnet = if dual_stack {
-        let v6 = project
-            .session
-            .post(
-                &format!("{NEUTRON}/subnets"),
-                serde_json::json!({"subnet": {"name": "private-v6", "network_id": private.id, "ip_version": 6,
-                       "cidr": "fd00:2::/64"}}),
-            )
-            .await?;
-        Some(v6["subnet"]["id"].as_str().context("subnet id")?.to_string())
-    } else {
-        None
+    let cloud = async {
+        let project = os.project(test).await?;
+        let private = project.network("private", "10.2.0.0/24").await?;
+        let private_v6_subnet = if dual_stack {
+            let v6 = project
+                .session
+                .post(
+                    &format!("{NEUTRON}/subnets"),
+                    serde_json::json!({"subnet": {"name": "private-v6", "network_id": private.id, "ip_version": 6,
+                           "cidr": "fd00:2::/64"}}),
+                )
+                .await?;
+            Some(v6["subnet"]["id"].as_str().context("subnet id")?.to_string())
+        } else {
+            None
+        };
+        // The external side while the server boots.
+        let edge = async {
+            let public = project.external_network("public", "172.24.4.0/24").await?;
+            project.router("edge", &public, &private).await?;
+            // A second subnet of the external network, for configs that name it.
+            let second = if load_balancer_lines.contains("${SECOND_FLOATING_SUBNET}") {
+                let second = project
+                    .admin
+                    .post(
+                        &format!("{NEUTRON}/subnets"),
+                        serde_json::json!({"subnet": {"name": "public-second", "network_id": public.id, "ip_version": 4,
+                               "cidr": "172.24.9.0/24", "project_id": project.id}}),
+                    )
+                    .await?;
+                Some(second["subnet"]["id"].as_str().context("subnet id")?.to_string())
+            } else {
+                None
+            };
+            anyhow::Ok((public, second))
+        };
+        let ((public, public_second_subnet), _) = tokio::try_join!(edge, project.server("node-0", &private))?;
+        anyhow::Ok((project, private, private_v6_subnet, public, public_second_subnet))
     };
-    let public = project.external_network("public", "172.24.4.0/24").await?;
-    project.router("edge", &public, &private).await?;
-    project.server("node-0", &private).await?;
-    // A second subnet of the external network, for configs that name it.
-    let mut public_second_subnet = None;
-    let load_balancer_lines = if load_balancer_lines.contains("${SECOND_FLOATING_SUBNET}") {
-        let second = project
-            .admin
-            .post(
-                &format!("{NEUTRON}/subnets"),
-                serde_json::json!({"subnet": {"name": "public-second", "network_id": public.id, "ip_version": 4,
-                       "cidr": "172.24.9.0/24", "project_id": project.id}}),
-            )
-            .await?;
-        let id = second["subnet"]["id"].as_str().context("subnet id")?;
-        public_second_subnet = Some(id.to_string());
-        load_balancer_lines.replace("${SECOND_FLOATING_SUBNET}", id)
-    } else {
-        load_balancer_lines.to_string()
+    let (cluster, (project, private, private_v6_subnet, public, public_second_subnet)) =
+        tokio::try_join!(cluster, cloud)?;
+    let load_balancer_lines = match &public_second_subnet {
+        Some(id) => load_balancer_lines.replace("${SECOND_FLOATING_SUBNET}", id),
+        None => load_balancer_lines.to_string(),
     };
     let config = format!(
         "{}[LoadBalancer]\nsubnet-id = {}\nfloating-network-id = {}\n{load_balancer_lines}",
