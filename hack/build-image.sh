@@ -57,6 +57,8 @@ for provider in "${PROVIDERS[@]}"; do
   root="$work/bundle/rootfs"
   # One entrypoint path for every provider (see Containerfile).
   install -D -m 0755 "$exe" "$root/usr/local/bin/cloud-controller-manager"
+  # A dev build's debug information (most of its size) stays out of the image.
+  [[ $PROFILE == dev ]] && strip --strip-debug "$root/usr/local/bin/cloud-controller-manager"
   # The dynamic loader and every library the binary links, at the paths it asks for.
   for lib in $libs; do install -D -m 0755 "$(readlink -f "$lib")" "$root$lib"; done
   install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"

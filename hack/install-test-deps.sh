@@ -3,6 +3,7 @@
 #
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/rust-cloud-provider/
 #     kube-apiserver-v1.20.2/kube-apiserver   built from Debian's `kubernetes` source package
+#     kube-node-v1.20.2/{kubelet,kube-controller-manager,kube-scheduler,pause}   the same tree
 #     moto-5.2.5/venv/                        moto[server] from PyPI in a venv
 #     vcsim-0.24.2/{vcsim,govc}               built from Debian's govmomi sources
 #     cargo-deny-0.20.2/bin/cargo-deny        cargo install --locked
@@ -17,7 +18,7 @@
 #
 # Environment:
 #   RCP_CACHE_DIR   override the cache directory
-#   RCP_SKIP        space-separated steps to skip (apt kube-apiserver moto vcsim cargo-deny
+#   RCP_SKIP        space-separated steps to skip (apt kube-apiserver kube-node moto vcsim cargo-deny
 #                   cargo-nextest cargo-http-registry cargo-semver-checks openstack)
 set -euo pipefail
 
@@ -117,6 +118,13 @@ if ! skipped apt; then
   have kubectl || pkgs+=(kubernetes-client)
   have jq || pkgs+=(jq)
   have umoci || pkgs+=(umoci)
+  # The real-node cluster: a container runtime, its OCI runtime, Pod networking (bridge,
+  # host-local, loopback, portmap in /usr/lib/cni) and a C compiler for the static pause program.
+  have containerd || pkgs+=(containerd)
+  have runc || pkgs+=(runc)
+  [[ -x /usr/lib/cni/bridge ]] || pkgs+=(containernetworking-plugins)
+  have gcc || pkgs+=(gcc)
+  [[ -f /usr/lib/x86_64-linux-gnu/libc.a || -n $(ls /usr/lib/*/libc.a 2>/dev/null) ]] || pkgs+=(libc6-dev)
   [[ -f /etc/ssl/certs/ca-certificates.crt ]] || pkgs+=(ca-certificates)
   python3 -c 'import venv, ensurepip' 2>/dev/null || pkgs+=(python3-venv)
   if ((${#pkgs[@]})); then
@@ -128,10 +136,10 @@ if ! skipped apt; then
       run_logged apt "$LOGS/apt.log" $SUDO apt-get install -y --no-install-recommends "${pkgs[@]}"
     fi
   else
-    step apt "cached (etcd, go, rsync, govmomi sources, kubectl, jq, umoci present)"
+    step apt "cached (etcd, go, rsync, govmomi sources, kubectl, jq, umoci, containerd, runc, CNI plugins, gcc present)"
   fi
 fi
-for tool in etcd kubectl jq umoci; do
+for tool in etcd kubectl jq umoci containerd runc; do
   target=$(sys_which "$tool" || true)
   if [[ -z "$target" || ! -x "$target" ]]; then
     step apt "FAILED: no executable \`$tool\` on PATH after installing packages (see $LOGS/apt.log)"
@@ -141,41 +149,78 @@ for tool in etcd kubectl jq umoci; do
 done
 
 # ---------------------------------------------------------------------------------------------
-# 2. kube-apiserver v1.20.2 from Debian's kubernetes source package.
+# 2. Kubernetes v1.20.2 from Debian's kubernetes source package: kube-apiserver (every test), and
+#    for the real-node cluster (hack/local-up-cluster.sh, tests/tests/real_cluster.rs) kubelet,
+#    kube-controller-manager, kube-scheduler and the Pod sandbox ("pause") program. Whatever is
+#    missing is built in one `make` from one unpacked tree (the binaries share most packages),
+#    which is then deleted; the source tarball and Go's build cache stay.
 KA_DIR="$CACHE/kube-apiserver-$KUBE_VERSION"
+KN_DIR="$CACHE/kube-node-$KUBE_VERSION"
+KUBE_CMDS=()
 if ! skipped kube-apiserver; then
   if [[ -x "$KA_DIR/kube-apiserver" ]] && "$KA_DIR/kube-apiserver" --version 2>/dev/null | grep -q "$KUBE_VERSION"; then
     step kube-apiserver "cached: $("$KA_DIR/kube-apiserver" --version)"
   else
-    step kube-apiserver "building $KUBE_VERSION from Debian's kubernetes source package (~8 min)"
-    prepare_apt_src
-    W="$CACHE/build/kubernetes"
-    mkdir -p "$W" "$KA_DIR"
-    if ! ls "$W"/kubernetes_*.orig.tar.gz >/dev/null 2>&1; then
-      # shellcheck disable=SC2046
-      (cd "$W" && run_logged kube-apiserver "$LOGS/kube-apiserver.log" apt-get $(apt_src_opts) source --download-only kubernetes)
-    fi
-    if [[ ! -d "$W/kubernetes-1.20.2" ]]; then
-      run_logged kube-apiserver "$LOGS/kube-apiserver.log" tar xzf "$(ls "$W"/kubernetes_*.orig.tar.gz | head -1)" -C "$W"
-    fi
-    src=$(ls -d "$W"/kubernetes-1.20*/ | head -1)
+    KUBE_CMDS+=(kube-apiserver)
+  fi
+fi
+if ! skipped kube-node; then
+  missing=0
+  for cmd in kubelet kube-controller-manager kube-scheduler; do
+    "$KN_DIR/$cmd" --version 2>/dev/null | grep -q "$KUBE_VERSION" || { KUBE_CMDS+=("$cmd"); missing=1; }
+  done
+  [[ -x "$KN_DIR/pause" ]] || { KUBE_CMDS+=(pause); missing=1; }
+  ((missing)) || step kube-node "cached: kubelet, kube-controller-manager, kube-scheduler, pause ($KUBE_VERSION)"
+fi
+if ((${#KUBE_CMDS[@]})); then
+  step kubernetes "building ${KUBE_CMDS[*]} $KUBE_VERSION from Debian's kubernetes source package (~8 min for kube-apiserver, ~6 more for the node binaries)"
+  prepare_apt_src
+  W="$CACHE/build/kubernetes"
+  mkdir -p "$W" "$KA_DIR" "$KN_DIR"
+  if ! ls "$W"/kubernetes_*.orig.tar.gz >/dev/null 2>&1; then
+    # shellcheck disable=SC2046
+    (cd "$W" && run_logged kubernetes "$LOGS/kubernetes.log" apt-get $(apt_src_opts) source --download-only kubernetes)
+  fi
+  if [[ ! -d "$W/kubernetes-1.20.2" ]]; then
+    run_logged kubernetes "$LOGS/kubernetes.log" tar xzf "$(ls "$W"/kubernetes_*.orig.tar.gz | head -1)" -C "$W"
+  fi
+  src=$(ls -d "$W"/kubernetes-1.20*/ | head -1)
+  whats=()
+  for cmd in "${KUBE_CMDS[@]}"; do
+    [[ $cmd == pause ]] && continue
     # A half-failed earlier build leaves an empty binary behind that make would consider done.
-    find "$src/_output" -type f -name kube-apiserver -size 0 -delete 2>/dev/null || true
+    find "$src/_output" -type f -name "$cmd" -size 0 -delete 2>/dev/null || true
+    whats+=("cmd/$cmd")
+  done
+  if ((${#whats[@]})); then
     mkdir -p "$src/.go/src/k8s.io"
     ln -sfn ../../.. "$src/.go/src/k8s.io/kubernetes"
     (cd "$src" && GOPATH="$src/.go" GOFLAGS=-mod=vendor CGO_ENABLED=0 GOTOOLCHAIN=local \
       KUBE_GIT_VERSION=$KUBE_VERSION KUBE_GIT_TREE_STATE=clean \
-      run_logged kube-apiserver "$LOGS/kube-apiserver.log" make WHAT=cmd/kube-apiserver)
-    built=$(find "$src/_output" -type f -name kube-apiserver -size +1M | head -1)
+      run_logged kubernetes "$LOGS/kubernetes.log" make WHAT="${whats[*]}")
+  fi
+  for cmd in "${KUBE_CMDS[@]}"; do
+    dir=$KN_DIR; [[ $cmd == kube-apiserver ]] && dir=$KA_DIR
+    if [[ $cmd == pause ]]; then
+      # The sandbox every Pod starts with (what the registry.k8s.io/pause image holds), static.
+      run_logged kubernetes "$LOGS/kubernetes.log" gcc -Os -static -Wall -Werror \
+        -DVERSION="\"3.4.1-$KUBE_VERSION\"" -o "$dir/pause.tmp" "$src/build/pause/linux/pause.c"
+      mv "$dir/pause.tmp" "$dir/pause"
+      continue
+    fi
+    built=$(find "$src/_output" -type f -name "$cmd" -size +1M | head -1)
     if [[ -z "$built" ]]; then
-      step kube-apiserver "FAILED: build finished but no kube-apiserver binary in $src/_output (log: $LOGS/kube-apiserver.log)"
+      step kubernetes "FAILED: build finished but no $cmd binary in $src/_output (log: $LOGS/kubernetes.log)"
       exit 1
     fi
-    cp "$built" "$KA_DIR/kube-apiserver.tmp" && mv "$KA_DIR/kube-apiserver.tmp" "$KA_DIR/kube-apiserver"
-    rm -rf "$W/kubernetes-1.20"*   # the unpacked tree (~1 GB with build output); the tarball stays
-    step kube-apiserver "built: $("$KA_DIR/kube-apiserver" --version)"
-  fi
-  ln -sfn "$KA_DIR/kube-apiserver" "$BIN/kube-apiserver"
+    cp "$built" "$dir/$cmd.tmp" && mv "$dir/$cmd.tmp" "$dir/$cmd"
+  done
+  rm -rf "$W/kubernetes-1.20"*   # the unpacked tree (~1 GB with build output); the tarball stays
+  step kubernetes "built: ${KUBE_CMDS[*]}"
+fi
+skipped kube-apiserver || ln -sfn "$KA_DIR/kube-apiserver" "$BIN/kube-apiserver"
+if ! skipped kube-node; then
+  for cmd in kubelet kube-controller-manager kube-scheduler pause; do ln -sfn "$KN_DIR/$cmd" "$BIN/$cmd"; done
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -309,6 +354,6 @@ if ! skipped openstack; then
 fi
 
 step done "in $(($(date +%s) - START)) s; binaries in $BIN:"
-for b in etcd kube-apiserver kubectl moto_server vcsim govc cargo-deny cargo-nextest cargo-http-registry cargo-semver-checks; do
+for b in etcd kube-apiserver kubelet kube-controller-manager kube-scheduler pause kubectl moto_server vcsim govc cargo-deny cargo-nextest cargo-http-registry cargo-semver-checks; do
   if [[ -e "$BIN/$b" ]]; then printf '    %-15s -> %s\n' "$b" "$(readlink -f "$BIN/$b")"; fi
 done

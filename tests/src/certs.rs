@@ -27,6 +27,13 @@ impl ClientCa {
 
     /// A client certificate (PEM cert + key, as reqwest's identity wants) for `cn` in `groups`.
     pub fn client_identity(&self, cn: &str, groups: &[&str]) -> Result<reqwest::Identity> {
+        let (cert, key) = self.client_cert_pem(cn, groups)?;
+        Ok(reqwest::Identity::from_pem(format!("{cert}{key}").as_bytes())?)
+    }
+
+    /// A client certificate for `cn` in `group` (Kubernetes reads the organisation as the
+    /// group), as PEM certificate and PEM key.
+    pub fn client_cert_pem(&self, cn: &str, groups: &[&str]) -> Result<(String, String)> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name.push(DnType::CommonName, cn);
         for g in groups {
@@ -35,8 +42,6 @@ impl ClientCa {
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
-        Ok(reqwest::Identity::from_pem(
-            format!("{}{}", cert.pem(), key.serialize_pem()).as_bytes(),
-        )?)
+        Ok((cert.pem(), key.serialize_pem()))
     }
 }

@@ -66,7 +66,7 @@ impl TestCluster {
         .await
     }
 
-    /// Like [`Self::start`], with extra kube-apiserver flags (a flag given again wins).
+    /// Like [`Self::start`], with extra kube-apiserver flags (a flag given again replaces ours).
     pub async fn start_with(extra_apiserver_args: &[&str]) -> Result<Self> {
         crate::init();
         let etcd_bin = paths::test_bin("etcd")?;
@@ -152,6 +152,14 @@ impl TestCluster {
             "--v=1".into(),
         ]
         .into_iter()
+        // A flag given again replaces ours (list flags such as --authorization-mode would
+        // otherwise add up).
+        .filter(|ours: &String| {
+            let flag = ours.split('=').next().unwrap_or_default();
+            !extra_apiserver_args
+                .iter()
+                .any(|a| a.split('=').next() == Some(flag))
+        })
         .chain(extra_apiserver_args.iter().map(|a| a.to_string()))
         .collect();
         let apiserver = ManagedProcess::spawn(
@@ -296,6 +304,18 @@ impl TestCluster {
             admin.replace(&self.server, &format!("https://127.0.0.1:{port}")),
         )?;
         Ok(proxied)
+    }
+
+    /// The key the API server signs service-account tokens with (what kube-controller-manager's
+    /// token controller needs).
+    pub fn service_account_key(&self) -> PathBuf {
+        self.dir.path().join("sa.key")
+    }
+
+    /// The API server's self-signed serving certificate (it is its own CA): what Pods get as
+    /// `ca.crt` to trust it.
+    pub fn serving_cert(&self) -> PathBuf {
+        self.dir.path().join("certs").join("apiserver.crt")
     }
 
     /// The temporary directory holding the cluster's files and logs.

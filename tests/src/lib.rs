@@ -23,6 +23,7 @@ pub mod cluster;
 pub mod fault_proxy;
 pub mod imds;
 pub mod k8s;
+pub mod kube_node;
 pub mod kcm;
 pub mod moto;
 pub mod openstack;
