@@ -80,6 +80,11 @@ impl KubeNode {
         crate::process::tail(&self.dir.join("kubelet.log"), n)
     }
 
+    /// The pid of the node's script (its cgroups are `/rcp-node-<pid>`), while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(|p| p.pid())
+    }
+
     /// Whether the node's processes still run.
     pub fn is_running(&mut self) -> bool {
         self.process.as_mut().is_some_and(|p| p.check_running().is_ok())
@@ -138,7 +143,14 @@ impl RealCluster {
         let mut forwarded_ports = vec![apiserver_port];
         forwarded_ports.extend_from_slice(cloud_ports);
 
-        let kcm_kubeconfig = write_cert_kubeconfig(&cluster, &ca, &d, "kube-controller-manager", "system:kube-controller-manager", &[])?;
+        let kcm_kubeconfig = write_cert_kubeconfig(
+            &cluster,
+            &ca,
+            &d,
+            "kube-controller-manager",
+            "system:kube-controller-manager",
+            &[],
+        )?;
         let kcm = ManagedProcess::spawn(
             "kube-controller-manager",
             &paths::test_bin("kube-controller-manager")?,
@@ -154,7 +166,10 @@ impl RealCluster {
                 // The cloud loops are the CCM's.
                 "--controllers=*,-service,-route,-cloud-node-lifecycle".into(),
                 "--use-service-account-credentials=true".into(),
-                format!("--service-account-private-key-file={}", cluster.service_account_key().display()),
+                format!(
+                    "--service-account-private-key-file={}",
+                    cluster.service_account_key().display()
+                ),
                 format!("--root-ca-file={}", cluster.serving_cert().display()),
                 "--allocate-node-cidrs=true".into(),
                 format!("--cluster-cidr={cluster_cidr}"),
@@ -166,7 +181,8 @@ impl RealCluster {
             &d.join("kube-controller-manager.log"),
             Signal::SIGTERM,
         )?;
-        let scheduler_kubeconfig = write_cert_kubeconfig(&cluster, &ca, &d, "kube-scheduler", "system:kube-scheduler", &[])?;
+        let scheduler_kubeconfig =
+            write_cert_kubeconfig(&cluster, &ca, &d, "kube-scheduler", "system:kube-scheduler", &[])?;
         let scheduler = ManagedProcess::spawn(
             "kube-scheduler",
             &paths::test_bin("kube-scheduler")?,
@@ -226,7 +242,14 @@ impl RealCluster {
         let index = self.nodes.len();
         let dir = self.dir.path().join(format!("node-{index}"));
         std::fs::create_dir_all(&dir)?;
-        write_cert_kubeconfig(&self.cluster, &self.ca, &dir, "kubelet", &format!("system:node:{name}"), &["system:nodes"])?;
+        write_cert_kubeconfig(
+            &self.cluster,
+            &self.ca,
+            &dir,
+            "kubelet",
+            &format!("system:node:{name}"),
+            &["system:nodes"],
+        )?;
         std::fs::write(
             dir.join("kubelet.yaml"),
             "apiVersion: kubelet.config.k8s.io/v1beta1\n\
@@ -308,19 +331,45 @@ impl RealCluster {
         // The host end of the node's link: 169.254.123.1 and a route to the node's address.
         let host_end = format!("rcph{:08x}", crc32(&dir.display().to_string()));
         let ip = |args: &[&str]| run(std::process::Command::new("ip").args(args));
-        ip(&["link", "add", &host_end, "type", "veth", "peer", "name", "eth0", "netns", &pid.to_string()])?;
+        ip(&[
+            "link",
+            "add",
+            &host_end,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            &pid.to_string(),
+        ])?;
         ip(&["addr", "add", "169.254.123.1/32", "dev", &host_end])?;
         ip(&["link", "set", &host_end, "up"])?;
-        ip(&["route", "add", &format!("{}/32", options.ip), "dev", &host_end, "src", "169.254.123.1"])
-            .with_context(|| format!("routing {} to node {name} (is another cluster with that address running?)", options.ip))?;
+        ip(&[
+            "route",
+            "add",
+            &format!("{}/32", options.ip),
+            "dev",
+            &host_end,
+            "src",
+            "169.254.123.1",
+        ])
+        .with_context(|| {
+            format!(
+                "routing {} to node {name} (is another cluster with that address running?)",
+                options.ip
+            )
+        })?;
         node.forwarders = forward_into_namespace(pid, &self.forwarded_ports)?;
         self.nodes.push(node);
 
         let client = self.cluster.client().await?;
         let nodes: Api<Node> = Api::all(client);
-        let registered = wait_for(&format!("Node {name} registered by its kubelet"), Duration::from_secs(90), || async {
-            nodes.get_opt(&name).await.ok().flatten()
-        })
+        let registered = wait_for(
+            &format!("Node {name} registered by its kubelet"),
+            Duration::from_secs(90),
+            || async { nodes.get_opt(&name).await.ok().flatten() },
+        )
         .await;
         if let Err(e) = registered {
             bail!(
@@ -480,7 +529,11 @@ fn crc32(s: &str) -> u32 {
     for b in s.bytes() {
         crc ^= u32::from(b);
         for _ in 0..8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc

@@ -1,8 +1,9 @@
-//! The CCM the way users run it: Nodes registered by real kubelets (containerd + runc), the CCM
-//! as a DaemonSet Pod of its own image (`hack/build-image.sh`), deployed with `kubectl apply -k`
-//! from `deploy/<provider>/overlays/local` (the shipped base; only image, cloud config and
-//! endpoints differ from the example overlay), with the ServiceAccount token the kubelet mounts
-//! and the probes the kubelet sends.
+//! The CCM the way users run it: Nodes registered by real kubelets (containerd + runc, each node
+//! a network and mount namespace of its own holding its machine's cloud address), the CCM as a
+//! DaemonSet Pod of its own image (`hack/build-image.sh`) on each control-plane Node, deployed
+//! with `kubectl apply -k deploy/<provider>/overlays/local` (the shipped base; only image, cloud
+//! config and endpoints differ from the example overlay), with the ServiceAccount token the
+//! kubelet mounts and the probes the kubelet sends. See `rcp_e2e::local_up`.
 
 use std::time::{Duration, Instant};
 
@@ -14,265 +15,238 @@ use k8s_cloud_provider::{
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::{
     Api,
-    api::{DeleteParams, ListParams, PostParams},
+    api::{DeleteParams, PostParams},
 };
 use rcp_e2e::{
-    Moto,
-    k8s::{ingress_hostname, load_balancer_service, wait_for},
-    kube_node::{Image, NodeOptions, RealCluster},
-    paths,
+    k8s::{ingress_hostname, ingress_ip, load_balancer_service, wait_for},
+    local_up::{Cloud, LocalUp, STEP},
 };
 
-const T: Duration = Duration::from_secs(120);
-const CONTROL_PLANE: &str = "node-role.kubernetes.io/control-plane";
-
-/// `hack/build-image.sh --profile dev <provider>` into a directory of this test run; returns the
-/// image to import.
-fn ccm_image(provider: &str, dir: &std::path::Path) -> Result<Image> {
-    let out = std::process::Command::new("bash")
-        .arg(paths::workspace_root().join("hack/build-image.sh"))
-        .args(["--profile", "dev", "--out"])
-        .arg(dir)
-        .arg(provider)
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "hack/build-image.sh {provider}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(Image {
-        archive: dir.join(format!("cloud-controller-manager-{provider}.oci.tar")),
-        name: format!("rcp.local/cloud-controller-manager-{provider}"),
-    })
-}
-
-fn ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-async fn ccm_pods(pods: &Api<Pod>) -> Vec<Pod> {
-    pods.list(&ListParams::default().labels("k8s-app=cloud-controller-manager"))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-}
-
-/// Nodes registered by two kubelets are initialised by the AWS CCM running as a Pod on each
-/// (one leads), a LoadBalancer Service gets its ELB and loses it on deletion, the Pods' logs
-/// hold no secret, and when the leading Pod is deleted the other one initialises the next Node.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn aws_ccm_pods_initialise_kubelet_nodes_serve_a_load_balancer_and_fail_over() -> Result<()> {
-    let t0 = Instant::now();
-    let moto = Moto::start().await?;
-    let world = moto.build_world("local-up", 3).await?;
-    let images = tempfile::Builder::new().prefix("rcp-images-").tempdir()?;
-    let image = ccm_image("aws", images.path())?;
-    let moto_port: u16 = moto.endpoint().rsplit(':').next().and_then(|p| p.parse().ok()).context("moto's port")?;
-    let mut cluster = RealCluster::start(vec![image], &[moto_port]).await?;
-    for instance in &world.instances[..2] {
-        cluster
-            .start_node(NodeOptions {
-                name: instance.private_dns_name.clone(),
-                ip: instance.private_ip.clone(),
-                labels: vec![(CONTROL_PLANE.into(), String::new())],
-                ..Default::default()
-            })
-            .await?;
-    }
-    let server_port = cluster.cluster.server().rsplit(':').next().unwrap_or_default().to_string();
-    cluster.apply_local_overlay(
-        "aws",
-        &[
-            ("cloud.conf", moto.cloud_config(&world)),
-            (
-                "endpoints.env",
-                format!("KUBERNETES_SERVICE_HOST=127.0.0.1\nKUBERNETES_SERVICE_PORT={server_port}\nAWS_EC2_METADATA_DISABLED=true\n"),
-            ),
-            (
-                "credentials.env",
-                format!(
-                    "AWS_ACCESS_KEY_ID=AKIDTEST\nAWS_SECRET_ACCESS_KEY={}\n",
-                    rcp_e2e::secrets::AWS_SECRET_ACCESS_KEY
-                ),
-            ),
-        ],
-    )?;
-    let client = cluster.cluster.client().await?;
+/// What both providers must do once the CCM Pods run on two control-plane Nodes: the Nodes
+/// initialised as that cloud initialises them (checked by `check_node`), both Pods Ready, a
+/// LoadBalancer Service served (`ingress`) and cleaned up on deletion (`load_balancers` counts
+/// the cloud's), `kubectl logs` of each Pod plain and free of secrets, the leading Pod deleted
+/// and the other one initialising the next Node, and a Node whose kubelet stopped and whose
+/// machine is deleted (`delete_machine`) deleted by the CCM.
+async fn scenario(
+    up: &mut LocalUp,
+    started: Instant,
+    check_node: impl Fn(&LocalUp, usize, &Node),
+) -> Result<()> {
+    let client = up.cluster.cluster.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
     let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
-
-    // Both Nodes initialised by the CCM Pod and Ready with the bridge CNI.
-    for instance in &world.instances[..2] {
-        let name = &instance.private_dns_name;
-        let node = wait_for(&format!("{name} initialised and Ready"), T, || async {
-            let n = nodes.get_opt(name).await.ok()??;
-            (!has_taint(&n, TAINT_UNINITIALIZED) && !addresses(&n).is_empty() && ready(&n)).then_some(n)
-        })
-        .await
-        .with_context(|| diagnostics(&mut cluster))?;
-        let spec = node.spec.clone().unwrap_or_default();
+    for i in 0..2 {
+        let node = up.wait_initialised(i).await?;
+        let m = &up.machines[i];
         assert_eq!(
-            spec.provider_id.as_deref(),
-            Some(instance.provider_id().as_str())
+            node.spec.as_ref().and_then(|s| s.provider_id.as_deref()),
+            Some(m.provider_id.as_str())
         );
-        let labels = node.metadata.labels.clone().unwrap_or_default();
-        assert_eq!(labels.get("topology.kubernetes.io/zone"), Some(&instance.zone));
-        assert_eq!(labels.get("topology.kubernetes.io/region"), Some(&"us-east-1".to_string()));
-        assert_eq!(labels.get("node.kubernetes.io/instance-type"), Some(&instance.instance_type));
         assert!(
             addresses(&node)
                 .iter()
-                .any(|a| a.type_ == "InternalIP" && a.address == instance.private_ip),
+                .any(|a| a.type_ == "InternalIP" && a.address == m.ip),
             "{:?}",
             addresses(&node)
         );
-        assert!(spec.pod_cidr.is_some(), "kube-controller-manager allocated a Pod CIDR");
+        assert!(
+            node.spec.as_ref().and_then(|s| s.pod_cidr.as_ref()).is_some(),
+            "kube-controller-manager allocated a Pod CIDR"
+        );
+        check_node(up, i, &node);
     }
-    // One CCM Pod per control-plane Node, Running and Ready (the kubelet's HTTPS probes pass).
-    let running = wait_for("two CCM Pods Running and Ready", T, || async {
-        let list = ccm_pods(&pods).await;
-        (list.len() == 2 && list.iter().all(pod_ready)).then_some(list)
-    })
-    .await
-    .with_context(|| diagnostics(&mut cluster))?;
-    println!("real cluster with the CCM Pods Ready after {:.1?}", t0.elapsed());
-    println!("{}", cluster.cluster.kubectl(&["get", "nodes", "-o", "wide"])?);
-    println!("{}", cluster.cluster.kubectl(&["-n", "kube-system", "get", "pods", "-o", "wide"])?);
+    let running = up.ccm_pods_ready(2).await?;
+    println!(
+        "{}: real cluster up, both Nodes initialised and the CCM Pods Ready {:.1?} after the start",
+        up.provider(),
+        started.elapsed()
+    );
     for pod in &running {
         let spec = pod.spec.clone().unwrap_or_default();
-        assert_eq!(spec.service_account_name.as_deref(), Some("cloud-controller-manager"));
+        assert_eq!(
+            spec.service_account_name.as_deref(),
+            Some("cloud-controller-manager")
+        );
         assert_eq!(spec.host_network, Some(true));
+        assert!(
+            spec.containers[0]
+                .image
+                .as_deref()
+                .is_some_and(|i| i.starts_with("rcp.local/cloud-controller-manager-")),
+            "{:?}",
+            spec.containers[0].image
+        );
+    }
+    println!(
+        "$ kubectl get nodes -o wide\n{}",
+        up.cluster.cluster.kubectl(&["get", "nodes", "-o", "wide"])?
+    );
+    println!(
+        "$ kubectl -n kube-system get pods -o wide\n{}",
+        up.cluster
+            .cluster
+            .kubectl(&["-n", "kube-system", "get", "pods", "-o", "wide"])?
+    );
+    for (node, kib) in up.ccm_rss_kib() {
+        println!(
+            "{}: CCM container on {node}: RSS {:.1} MiB",
+            up.provider(),
+            kib as f64 / 1024.0
+        );
     }
 
-    // A LoadBalancer Service gets its ELB; deleting it removes the ELB and the finalizer.
+    // A LoadBalancer Service gets its load balancer; deleting it removes it and the finalizer.
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     services
-        .create(&PostParams::default(), &load_balancer_service("hello", &[], &[(80, "http")]))
+        .create(
+            &PostParams::default(),
+            &load_balancer_service("hello", &[], &[(80, "http")]),
+        )
         .await?;
-    let hostname = wait_for("Service hello's load balancer", T, || async {
-        ingress_hostname(&services.get("hello").await.ok()?)
-    })
-    .await
-    .with_context(|| diagnostics(&mut cluster))?;
-    println!("{}", cluster.cluster.kubectl(&["get", "service", "hello"])?);
-    assert_eq!(classic_load_balancers(&moto).await?, 1, "{hostname}");
+    let served = wait_for(
+        "Service hello's load balancer",
+        Duration::from_secs(180),
+        || async {
+            let s = services.get("hello").await.ok()?;
+            ingress_hostname(&s).or_else(|| ingress_ip(&s))
+        },
+    )
+    .await;
+    served.with_context(|| up.diagnostics())?;
+    println!(
+        "$ kubectl get service hello\n{}",
+        up.cluster.cluster.kubectl(&["get", "service", "hello"])?
+    );
+    assert_eq!(load_balancers(up).await?, 1);
     services.delete("hello", &DeleteParams::default()).await?;
-    wait_for("Service hello gone with its load balancer", T, || async {
-        let gone = services.get_opt("hello").await.ok()?.is_none();
-        let lbs = classic_load_balancers(&moto).await.ok()?;
-        (gone && lbs == 0).then_some(())
-    })
-    .await?;
-
-    // `kubectl logs` (the API server reaching each kubelet by the Node's host name): the CCM's
-    // own lines, plain text, no secret.
-    let mut leader = None;
-    for pod in &running {
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let log = cluster.cluster.kubectl(&["-n", "kube-system", "logs", &name])?;
-        assert!(log.contains("starting cloud-controller-manager"), "{name}: {log}");
-        assert!(!log.contains('\u{1b}'), "terminal escapes in kubectl logs of {name}");
-        rcp_e2e::secrets::assert_none_in(&format!("kubectl logs {name}"), &log);
-        if log.contains("successfully acquired lease") {
-            leader = Some(name);
+    for _ in 0..360 {
+        if services.get_opt("hello").await?.is_none() && load_balancers(up).await? == 0 {
+            break;
         }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let leader = leader.context("no CCM Pod says it leads")?;
+    assert!(services.get_opt("hello").await?.is_none(), "{}", up.diagnostics());
+    assert_eq!(
+        load_balancers(up).await?,
+        0,
+        "the load balancer is deleted with its Service"
+    );
+
+    // `kubectl logs` (the API server reaching each kubelet at its Node's address): the CCM's own
+    // lines, plain text, no secret.
+    for pod in up.ccm_pod_names()? {
+        let log = up.kubectl_logs(&pod)?;
+        assert!(log.contains("starting cloud-controller-manager"), "{pod}: {log}");
+        assert!(
+            !log.contains('\u{1b}'),
+            "terminal escapes in kubectl logs of {pod}"
+        );
+        rcp_e2e::secrets::assert_none_in(&format!("kubectl logs {pod}"), &log);
+    }
 
     // Fail-over: the leading Pod deleted, the other one initialises the next Node.
+    let leader = up.leader()?;
     let deleted = Instant::now();
-    pods.delete(&leader, &DeleteParams::default().grace_period(0)).await?;
-    let third = &world.instances[2];
-    cluster
-        .start_node(NodeOptions {
-            name: third.private_dns_name.clone(),
-            ip: third.private_ip.clone(),
-            ..Default::default()
-        })
+    pods.delete(&leader, &DeleteParams::default().grace_period(0))
         .await?;
-    wait_for("the third Node initialised by the other CCM Pod", T, || async {
-        let n = nodes.get_opt(&third.private_dns_name).await.ok()??;
-        (!has_taint(&n, TAINT_UNINITIALIZED)).then_some(())
-    })
-    .await
-    .with_context(|| diagnostics(&mut cluster))?;
+    up.start_node(2, false).await?;
+    let third = up.machines[2].name.clone();
+    let initialised = wait_for(
+        "the third Node initialised by the other CCM Pod",
+        STEP,
+        || async {
+            let n = nodes.get_opt(&third).await.ok()??;
+            (!has_taint(&n, TAINT_UNINITIALIZED)).then_some(())
+        },
+    )
+    .await;
+    initialised.with_context(|| up.diagnostics())?;
     println!(
-        "fail-over: leading CCM Pod {leader} deleted; the next Node initialised {:.1?} later",
+        "{}: fail-over: leading CCM Pod {leader} deleted; the next Node (its kubelet started then) initialised {:.1?} later",
+        up.provider(),
         deleted.elapsed()
     );
 
-    // A Node whose kubelet stopped and whose instance is terminated is deleted by the CCM.
-    let first = &world.instances[0];
-    cluster.node(&first.private_dns_name)?.stop();
-    moto.ec2()
-        .terminate_instances()
-        .instance_ids(&first.id)
-        .send()
-        .await?;
-    wait_for("the terminated instance's Node deleted", T, || async {
-        nodes
-            .get_opt(&first.private_dns_name)
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
+    // A Node whose kubelet stopped and whose machine is deleted is deleted by the CCM.
+    let first = up.machines[0].clone();
+    up.cluster.node(&first.name)?.stop();
+    delete_machine(up, &first.id).await?;
+    let deleted = wait_for("the deleted machine's Node deleted", STEP, || async {
+        nodes.get_opt(&first.name).await.ok()?.is_none().then_some(())
     })
-    .await
-    .with_context(|| diagnostics(&mut cluster))?;
+    .await;
+    deleted.with_context(|| up.diagnostics())?;
     Ok(())
 }
 
-async fn classic_load_balancers(moto: &Moto) -> Result<usize> {
-    Ok(moto
-        .elb()
-        .describe_load_balancers()
-        .send()
-        .await?
-        .load_balancer_descriptions()
-        .len())
+async fn load_balancers(up: &LocalUp) -> Result<usize> {
+    Ok(match &up.cloud {
+        Cloud::Aws { moto, .. } => moto
+            .elb()
+            .describe_load_balancers()
+            .send()
+            .await?
+            .load_balancer_descriptions()
+            .len(),
+        Cloud::OpenStack { project, .. } => project
+            .octavia_list("loadbalancers", "loadbalancers")
+            .await?
+            .len(),
+    })
 }
 
-/// What to look at when the cluster does not do what was expected.
-fn diagnostics(cluster: &mut RealCluster) -> String {
-    let mut out = String::new();
-    for args in [
-        &["get", "nodes", "-o", "wide"][..],
-        &["-n", "kube-system", "get", "pods", "-o", "wide"],
-        &["get", "events", "-A"],
-    ] {
-        out.push_str(&format!(
-            "$ kubectl {}\n{}\n",
-            args.join(" "),
-            cluster.cluster.kubectl(args).unwrap_or_else(|e| e.to_string())
-        ));
-    }
-    if let Ok(pods) = cluster
-        .cluster
-        .kubectl(&["-n", "kube-system", "get", "pods", "-o", "name"])
-    {
-        for pod in pods.lines() {
-            out.push_str(&format!(
-                "$ kubectl logs {pod}\n{}\n",
-                cluster
-                    .cluster
-                    .kubectl(&["-n", "kube-system", "logs", pod, "--tail=40"])
-                    .unwrap_or_else(|e| e.to_string())
-            ));
+async fn delete_machine(up: &LocalUp, id: &str) -> Result<()> {
+    match &up.cloud {
+        Cloud::Aws { moto, .. } => {
+            moto.ec2().terminate_instances().instance_ids(id).send().await?;
         }
+        Cloud::OpenStack { project, .. } => project.delete_server(id).await?,
     }
-    for node in cluster.nodes() {
-        out.push_str(&format!("--- kubelet {} ---\n{}\n", node.name, node.kubelet_log(25)));
-    }
-    out
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aws_ccm_pods_initialise_kubelet_nodes_serve_a_load_balancer_and_fail_over() -> Result<()> {
+    let started = Instant::now();
+    let mut up = LocalUp::aws(3, 2).await?;
+    let Cloud::Aws { world, .. } = &up.cloud else {
+        unreachable!()
+    };
+    let instances = world.instances.clone();
+    scenario(&mut up, started, |_, i, node| {
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels.get("topology.kubernetes.io/zone"),
+            Some(&instances[i].zone)
+        );
+        assert_eq!(
+            labels.get("topology.kubernetes.io/region").map(String::as_str),
+            Some("us-east-1")
+        );
+        assert_eq!(
+            labels.get("node.kubernetes.io/instance-type"),
+            Some(&instances[i].instance_type)
+        );
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openstack_ccm_pods_initialise_kubelet_nodes_serve_a_load_balancer_and_fail_over() -> Result<()> {
+    let started = Instant::now();
+    let mut up = LocalUp::openstack(3, 2).await?;
+    let Cloud::OpenStack { project, .. } = &up.cloud else {
+        unreachable!()
+    };
+    let region = project.region.clone();
+    scenario(&mut up, started, |_, _, node| {
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels.get("topology.kubernetes.io/region"), Some(&region));
+        assert_eq!(
+            labels.get("node.kubernetes.io/instance-type").map(String::as_str),
+            Some("rcp.small")
+        );
+    })
+    .await
 }

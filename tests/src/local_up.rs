@@ -1,0 +1,402 @@
+//! A cloud, the real-node cluster ([`crate::kube_node`]) on its machines, and the CCM deployed
+//! the way users deploy it: its image (`hack/build-image.sh`) imported into each node, and
+//! `kubectl apply -k deploy/<provider>/overlays/local`. What the README's main job
+//! (`hack/local-up-cluster.sh`) runs and `tests/tests/real_cluster.rs` tests.
+
+use std::{path::Path, time::Duration};
+
+use anyhow::{Context, Result};
+use k8s_cloud_provider::{
+    node::helpers::{addresses, has_taint},
+    well_known::TAINT_UNINITIALIZED,
+};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{Api, api::ListParams};
+use tempfile::TempDir;
+
+use crate::{
+    Moto,
+    k8s::wait_for,
+    kube_node::{Image, NodeOptions, RealCluster},
+    moto::World,
+    openstack::{Network, OpenStack, Project},
+    paths,
+};
+
+/// How long the cluster may take for each step.
+pub const STEP: Duration = Duration::from_secs(120);
+/// The label that puts the base's DaemonSet on a Node.
+pub const CONTROL_PLANE: &str = "node-role.kubernetes.io/control-plane";
+
+/// A machine of the cloud, for one node.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    /// The Node's name as that cloud names it (EC2's private DNS name, nova's server name).
+    pub name: String,
+    /// The instance or server ID.
+    pub id: String,
+    /// Its private IPv4 address.
+    pub ip: String,
+    /// The provider ID the CCM gives its Node.
+    pub provider_id: String,
+}
+
+/// The cloud under the cluster.
+pub enum Cloud {
+    /// moto on 127.0.0.1 as EC2 and ELB.
+    Aws {
+        /// The server.
+        moto: Moto,
+        /// Its VPC, subnets and instances.
+        world: World,
+    },
+    /// The OpenStack of `hack/openstack.sh`, a project of its own.
+    OpenStack {
+        /// The project (dropped before the handle).
+        project: Box<Project>,
+        /// Its private network (the servers' and the load balancers' subnet).
+        network: Network,
+        /// Its external network (floating IPs).
+        public: Network,
+        /// The shared OpenStack.
+        os: OpenStack,
+    },
+}
+
+/// The running whole: cloud, cluster, and the CCM DaemonSet applied.
+pub struct LocalUp {
+    // Drop order: the cluster (nodes first) before the cloud.
+    /// The real-node cluster.
+    pub cluster: RealCluster,
+    /// The cloud.
+    pub cloud: Cloud,
+    /// The cloud's machines, one per node that may be started.
+    pub machines: Vec<Machine>,
+    provider: &'static str,
+    _images: TempDir,
+}
+
+impl LocalUp {
+    /// moto with a cluster VPC and `machines` instances; the cluster, with a control-plane node
+    /// on each of the first `control_plane` instances; the AWS CCM DaemonSet applied.
+    pub async fn aws(machines: usize, control_plane: usize) -> Result<Self> {
+        let images = tempfile::Builder::new().prefix("rcp-images-").tempdir()?;
+        let image = ccm_image("aws", images.path())?;
+        let moto = Moto::start().await?;
+        let world = moto.build_world("local-up", machines).await?;
+        let moto_port: u16 = moto
+            .endpoint()
+            .trim_end_matches('/')
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .context("moto's port")?;
+        let list = world
+            .instances
+            .iter()
+            .map(|i| Machine {
+                name: i.private_dns_name.clone(),
+                id: i.id.clone(),
+                ip: i.private_ip.clone(),
+                provider_id: i.provider_id(),
+            })
+            .collect();
+        let cluster = RealCluster::start(vec![image], &[moto_port]).await?;
+        let mut up = Self {
+            cluster,
+            cloud: Cloud::Aws { moto, world },
+            machines: list,
+            provider: "aws",
+            _images: images,
+        };
+        for i in 0..control_plane {
+            up.start_node(i, true).await?;
+        }
+        let Cloud::Aws { moto, world } = &up.cloud else {
+            unreachable!("made above")
+        };
+        let files = [
+            ("cloud.conf", moto.cloud_config(world)),
+            (
+                "endpoints.env",
+                up.endpoints_env("AWS_EC2_METADATA_DISABLED=true\n"),
+            ),
+            (
+                "credentials.env",
+                format!(
+                    "AWS_ACCESS_KEY_ID=AKIDTEST\nAWS_SECRET_ACCESS_KEY={}\n",
+                    crate::secrets::AWS_SECRET_ACCESS_KEY
+                ),
+            ),
+        ];
+        up.cluster.apply_local_overlay("aws", &files)?;
+        Ok(up)
+    }
+
+    /// A project of the shared OpenStack with a private network, an external one and a router,
+    /// `machines` nova servers; the cluster, with a control-plane node on each of the first
+    /// `control_plane` servers; the OpenStack CCM DaemonSet applied.
+    pub async fn openstack(machines: usize, control_plane: usize) -> Result<Self> {
+        let images = tempfile::Builder::new().prefix("rcp-images-").tempdir()?;
+        let image = ccm_image("openstack", images.path())?;
+        let os = OpenStack::shared().await?;
+        let project = os.project("local-up").await?;
+        let network = project.network("private", "10.77.0.0/24").await?;
+        let public = project.external_network("public", "172.24.77.0/24").await?;
+        project.router("edge", &public, &network).await?;
+        let mut list = Vec::new();
+        for i in 0..machines {
+            let name = format!("node-{i}");
+            let id = project.server(&name, &network).await?;
+            let ip = project.server_ip(&id, "private").await?;
+            list.push(Machine {
+                provider_id: format!("openstack:///{id}"),
+                name,
+                id,
+                ip,
+            });
+        }
+        // keystone, and this project's region: nova, neutron and Octavia (through the proxies
+        // its catalog names).
+        let ports = [
+            15000,
+            project.nova_proxy.port(),
+            project.neutron_proxy.port(),
+            project.octavia_proxy.port(),
+        ];
+        let cluster = RealCluster::start(vec![image], &ports).await?;
+        let cloud_conf = format!(
+            "{}[LoadBalancer]\nsubnet-id = {}\nfloating-network-id = {}\n",
+            project.global_section(),
+            network.subnet_id,
+            public.id
+        );
+        let mut up = Self {
+            cluster,
+            cloud: Cloud::OpenStack {
+                project: Box::new(project),
+                network,
+                public,
+                os,
+            },
+            machines: list,
+            provider: "openstack",
+            _images: images,
+        };
+        for i in 0..control_plane {
+            up.start_node(i, true).await?;
+        }
+        let files = [
+            ("cloud.conf", cloud_conf),
+            ("endpoints.env", up.endpoints_env("")),
+        ];
+        up.cluster.apply_local_overlay("openstack", &files)?;
+        Ok(up)
+    }
+
+    /// `endpoints.env` of the overlay: the API server on the node's 127.0.0.1, and `extra`.
+    fn endpoints_env(&self, extra: &str) -> String {
+        let port = self
+            .cluster
+            .cluster
+            .server()
+            .rsplit(':')
+            .next()
+            .unwrap_or_default();
+        format!("KUBERNETES_SERVICE_HOST=127.0.0.1\nKUBERNETES_SERVICE_PORT={port}\n{extra}")
+    }
+
+    /// Starts a node on machine `i` (a control-plane one gets the label the DaemonSet selects).
+    pub async fn start_node(&mut self, i: usize, control_plane: bool) -> Result<()> {
+        let m = self.machines.get(i).context("no such machine")?.clone();
+        self.cluster
+            .start_node(NodeOptions {
+                name: m.name,
+                ip: m.ip,
+                labels: if control_plane {
+                    vec![(CONTROL_PLANE.into(), String::new())]
+                } else {
+                    Vec::new()
+                },
+                ..Default::default()
+            })
+            .await
+    }
+
+    /// Waits until machine `i`'s Node is initialised (no uninitialized taint, addresses) and
+    /// Ready, and returns it.
+    pub async fn wait_initialised(&mut self, i: usize) -> Result<Node> {
+        let name = self.machines[i].name.clone();
+        let nodes: Api<Node> = Api::all(self.cluster.cluster.client().await?);
+        let node = wait_for(&format!("{name} initialised and Ready"), STEP, || async {
+            let n = nodes.get_opt(&name).await.ok()??;
+            (!has_taint(&n, TAINT_UNINITIALIZED) && !addresses(&n).is_empty() && node_ready(&n)).then_some(n)
+        })
+        .await;
+        node.with_context(|| self.diagnostics())
+    }
+
+    /// Waits until `count` CCM Pods are Running and Ready (the kubelet's HTTPS probes pass).
+    pub async fn ccm_pods_ready(&mut self, count: usize) -> Result<Vec<Pod>> {
+        let pods: Api<Pod> = Api::namespaced(self.cluster.cluster.client().await?, "kube-system");
+        let running = wait_for(&format!("{count} CCM Pods Running and Ready"), STEP, || async {
+            let list = ccm_pods(&pods).await;
+            (list.len() == count && list.iter().all(pod_ready)).then_some(list)
+        })
+        .await;
+        running.with_context(|| self.diagnostics())
+    }
+
+    /// The CCM Pod that says in its log (read with `kubectl logs`) that it leads.
+    pub fn leader(&self) -> Result<String> {
+        for pod in self.ccm_pod_names()? {
+            if self.kubectl_logs(&pod)?.contains("successfully acquired lease") {
+                return Ok(pod);
+            }
+        }
+        anyhow::bail!("no CCM Pod says it leads")
+    }
+
+    /// The CCM Pods' names.
+    pub fn ccm_pod_names(&self) -> Result<Vec<String>> {
+        Ok(self
+            .cluster
+            .cluster
+            .kubectl(&[
+                "-n",
+                "kube-system",
+                "get",
+                "pods",
+                "-l",
+                "k8s-app=cloud-controller-manager",
+                "-o",
+                "jsonpath={.items[*].metadata.name}",
+            ])?
+            .split_whitespace()
+            .map(str::to_string)
+            .collect())
+    }
+
+    /// `kubectl -n kube-system logs <pod>`.
+    pub fn kubectl_logs(&self, pod: &str) -> Result<String> {
+        self.cluster.cluster.kubectl(&["-n", "kube-system", "logs", pod])
+    }
+
+    /// The resident memory of each CCM container's process (KiB), found by the node cgroups.
+    pub fn ccm_rss_kib(&mut self) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        let nodes: Vec<(String, u32)> = self
+            .cluster
+            .nodes()
+            .iter()
+            .filter_map(|n| n.pid().map(|p| (n.name.clone(), p)))
+            .collect();
+        let Ok(procs) = std::fs::read_dir("/proc") else {
+            return out;
+        };
+        for p in procs.flatten() {
+            let path = p.path();
+            let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+            if !comm.starts_with("cloud-controlle") {
+                continue;
+            }
+            let cgroup = std::fs::read_to_string(path.join("cgroup")).unwrap_or_default();
+            let Some((node, _)) = nodes
+                .iter()
+                .find(|(_, pid)| cgroup.contains(&format!("/rcp-node-{pid}/kubepods")))
+            else {
+                continue;
+            };
+            let status = std::fs::read_to_string(path.join("status")).unwrap_or_default();
+            if let Some(kib) = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            {
+                out.push((node.clone(), kib));
+            }
+        }
+        out
+    }
+
+    /// What to look at when the cluster does not do what was expected: Nodes, Pods, events,
+    /// the CCM Pods' logs and the kubelets' logs.
+    pub fn diagnostics(&mut self) -> String {
+        let mut out = String::new();
+        let kubectl = |args: &[&str]| {
+            self.cluster
+                .cluster
+                .kubectl(args)
+                .unwrap_or_else(|e| e.to_string())
+        };
+        for args in [
+            &["get", "nodes", "-o", "wide"][..],
+            &["-n", "kube-system", "get", "pods", "-o", "wide"],
+            &["get", "events", "-A"],
+        ] {
+            out.push_str(&format!("$ kubectl {}\n{}\n", args.join(" "), kubectl(args)));
+        }
+        for pod in self.ccm_pod_names().unwrap_or_default() {
+            out.push_str(&format!(
+                "$ kubectl -n kube-system logs {pod} --tail=40\n{}\n",
+                kubectl(&["-n", "kube-system", "logs", &pod, "--tail=40"])
+            ));
+        }
+        for node in self.cluster.nodes() {
+            out.push_str(&format!(
+                "--- kubelet {} ---\n{}\n",
+                node.name,
+                node.kubelet_log(25)
+            ));
+        }
+        out
+    }
+
+    /// The provider (`aws`, `openstack`).
+    pub fn provider(&self) -> &str {
+        self.provider
+    }
+}
+
+/// `hack/build-image.sh --profile dev <provider>` into `dir`; the image to import.
+pub fn ccm_image(provider: &str, dir: &Path) -> Result<Image> {
+    let out = std::process::Command::new("bash")
+        .arg(paths::workspace_root().join("hack/build-image.sh"))
+        .args(["--profile", "dev", "--out"])
+        .arg(dir)
+        .arg(provider)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "hack/build-image.sh {provider}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(Image {
+        archive: dir.join(format!("cloud-controller-manager-{provider}.oci.tar")),
+        name: format!("rcp.local/cloud-controller-manager-{provider}"),
+    })
+}
+
+/// Whether the Node's `Ready` condition is true.
+pub fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Whether the Pod's `Ready` condition is true.
+pub fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn ccm_pods(pods: &Api<Pod>) -> Vec<Pod> {
+    pods.list(&ListParams::default().labels("k8s-app=cloud-controller-manager"))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
