@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
-# The project's main job: a local cluster (etcd + kube-apiserver v1.20.2) with an emulated AWS
-# (moto), three tainted Nodes, and cloud-controller-manager-aws initialising them. Prints the
-# Nodes as a user sees them, runs until Ctrl-C, then cleans up everything it started.
+# The project's main job: a local Kubernetes v1.20.2 cluster with real nodes, and the CCM running
+# the way users run it. etcd, kube-apiserver, kube-controller-manager and kube-scheduler on
+# 127.0.0.1; two kubelets with containerd, each in network and mount namespaces of its own that
+# hold its cloud machine's address; an emulated AWS (moto: a cluster VPC and three instances).
+# The CCM's image (hack/build-image.sh) is imported into each node and the CCM applied with
+# `kubectl apply -k deploy/aws/overlays/local`: a DaemonSet Pod on each control-plane Node
+# (leader election between them) initialises the kubelets' Nodes, and the LoadBalancer Service
+# `hello` gets an ELB. Prints what a user looks at, runs until Ctrl-C, then cleans up everything
+# it started (nothing of the host is changed). Needs root (kubelet, namespaces, cgroups).
 # Set LOCAL_UP_EXIT_AFTER_START=1 to stop right after printing (used by CI).
 #
 #   hack/local-up-cluster.sh [--provider aws|openstack]
 #
-# --provider openstack runs the same demo on the real OpenStack of hack/openstack.sh (started if
-# needed, left running: `hack/openstack.sh stop` stops it) with cloud-controller-manager-openstack.
+# --provider openstack runs the same on the real OpenStack of hack/openstack.sh (started if
+# needed, left running: `hack/openstack.sh stop` stops it) with three nova servers and
+# deploy/openstack/overlays/local (an Octavia load balancer with a floating IP for `hello`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ $(id -u) -ne 0 ]]; then
+  echo "hack/local-up-cluster.sh: run it as root (kubelet and containerd need it, and the nodes are namespaces and cgroups)" >&2
+  exit 1
+fi
 hack/install-test-deps.sh | grep -v 'cached' || true
 cargo build --quiet --locked --bin cloud-controller-manager-aws --bin cloud-controller-manager-openstack --bin local-up-cluster
 TARGET_DIR=$(cargo metadata --no-deps --format-version 1 --offline | jq -r .target_directory)

@@ -79,6 +79,8 @@ grep -q 'aws:///us-east-1' "${TMPDIR:-/tmp}/local-up-cluster.log" || {
   cat "${TMPDIR:-/tmp}/local-up-cluster.log"; echo "[test.sh] local-up-cluster printed no initialised node" >&2; exit 1; }
 grep -q 'hello *LoadBalancer .*\.elb\.amazonaws\.com' "${TMPDIR:-/tmp}/local-up-cluster.log" || {
   cat "${TMPDIR:-/tmp}/local-up-cluster.log"; echo "[test.sh] local-up-cluster printed no load balancer for default/hello" >&2; exit 1; }
+grep -Eq 'cloud-controller-manager-[a-z0-9]+ +1/1 +Running' "${TMPDIR:-/tmp}/local-up-cluster.log" || {
+  cat "${TMPDIR:-/tmp}/local-up-cluster.log"; echo "[test.sh] local-up-cluster printed no Ready CCM Pod" >&2; exit 1; }
 
 phase "local-up-cluster --provider openstack smoke run"
 LOCAL_UP_EXIT_AFTER_START=1 hack/local-up-cluster.sh --provider openstack > "${TMPDIR:-/tmp}/local-up-cluster-openstack.log" 2>&1 || {
