@@ -529,6 +529,16 @@ impl Project {
         }
     }
 
+    /// Boots the servers `<prefix>-0` … `<prefix>-<n-1>` on `network` at once and waits until
+    /// each is ACTIVE; returns their IDs in that order.
+    pub async fn servers(&self, prefix: &str, n: usize, network: &Network) -> Result<Vec<String>> {
+        futures::future::try_join_all((0..n).map(|i| {
+            let name = format!("{prefix}-{i}");
+            async move { self.server(&name, network).await }
+        }))
+        .await
+    }
+
     /// A server's JSON.
     pub async fn server_json(&self, id: &str) -> Result<Value> {
         Ok(self.session.get(&format!("{NOVA}/servers/{id}")).await?["server"].clone())
