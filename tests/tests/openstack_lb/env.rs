@@ -307,6 +307,25 @@ impl Env {
 }
 
 impl Env {
+    /// A floating IP the user made (not for a Service): its ID and address.
+    pub async fn users_own_floating_ip(&self) -> Result<(String, String)> {
+        let f = self
+            .project
+            .session
+            .post(
+                &format!("{NEUTRON}/floatingips"),
+                serde_json::json!({"floatingip": {"floating_network_id": self.public.id, "description": "the user's own"}}),
+            )
+            .await?;
+        Ok((
+            f["floatingip"]["id"].as_str().context("id")?.to_string(),
+            f["floatingip"]["floating_ip_address"]
+                .as_str()
+                .context("address")?
+                .to_string(),
+        ))
+    }
+
     /// Whether the project has the floating IP `address`.
     pub async fn has_floating_ip(&self, address: &str) -> Result<bool> {
         Ok(self

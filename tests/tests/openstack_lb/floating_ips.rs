@@ -1,11 +1,7 @@
 //! Floating IPs: a user's own one, chosen through `spec.loadBalancerIP`, is used and kept.
 
-use anyhow::{Context, Result};
-use rcp_e2e::{
-    k8s::{ingress_ip, wait_for_event},
-    openstack::NEUTRON,
-};
-use serde_json::json;
+use anyhow::Result;
+use rcp_e2e::k8s::{ingress_ip, wait_for_event};
 
 use crate::env::*;
 
@@ -17,21 +13,7 @@ use crate::env::*;
 #[tokio::test]
 async fn a_users_own_floating_ip_in_load_balancer_ip_is_used_and_survives_the_service() -> Result<()> {
     let env = env("lb-own-fip").await?;
-    let mine = env
-        .project
-        .session
-        .post(
-            &format!("{NEUTRON}/floatingips"),
-            json!({"floatingip": {"floating_network_id": env.public.id, "description": "the user's own"}}),
-        )
-        .await?;
-    let (fip_id, address) = (
-        mine["floatingip"]["id"].as_str().context("id")?.to_string(),
-        mine["floatingip"]["floating_ip_address"]
-            .as_str()
-            .context("address")?
-            .to_string(),
-    );
+    let (fip_id, address) = env.users_own_floating_ip().await?;
     env.service("own", Some(&address)).await?;
     assert_eq!(env.ingress("own").await?, address, "the requested address");
     let lb = env.load_balancer("own").await?;

@@ -2,16 +2,13 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api,
     api::{DeleteParams, Patch, PatchParams},
 };
-use rcp_e2e::{
-    k8s::{initialised, wait_for},
-    openstack::NEUTRON,
-};
+use rcp_e2e::k8s::{initialised, wait_for};
 use serde_json::json;
 
 use crate::env::*;
@@ -100,18 +97,7 @@ async fn orphans_lists_and_deletes_only_what_no_service_wants() -> Result<()> {
     }
     let gone_address = env.ingress("gone").await?;
     env.ingress("live").await?;
-    let mine = env
-        .project
-        .session
-        .post(
-            &format!("{NEUTRON}/floatingips"),
-            json!({"floatingip": {"floating_network_id": env.public.id, "description": "the user's own"}}),
-        )
-        .await?;
-    let mine = mine["floatingip"]["floating_ip_address"]
-        .as_str()
-        .context("address")?
-        .to_string();
+    let (_, mine) = env.users_own_floating_ip().await?;
     // The CCM stops for good; then "gone" is deleted without its cleanup.
     env.ccm.signal(nix::sys::signal::Signal::SIGTERM)?;
     env.ccm.wait_exit(Duration::from_secs(30))?;

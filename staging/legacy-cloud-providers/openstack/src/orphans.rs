@@ -75,7 +75,7 @@ pub struct Orphan {
 
 /// Whether `service` wants its load balancer (`type: LoadBalancer`, or the cleanup finalizer
 /// still on it).
-fn wants_load_balancer(service: &KubeService) -> bool {
+pub(crate) fn wants_load_balancer(service: &KubeService) -> bool {
     // Any `type: LoadBalancer`, a load-balancer class included: doubt keeps.
     service.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
         || k8s_cloud_provider::service::helpers::has_lb_finalizer(service)

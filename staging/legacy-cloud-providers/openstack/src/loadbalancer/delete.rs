@@ -28,10 +28,7 @@ impl OpenStackCloud {
         let api: kube::Api<KubeService> = kube::Api::namespaced(client.clone(), ns);
         match api.get_opt(name).await {
             Ok(None) => Ok(false),
-            Ok(Some(s)) => Ok(
-                s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
-                    || k8s_cloud_provider::service::helpers::has_lb_finalizer(&s),
-            ),
+            Ok(Some(s)) => Ok(crate::orphans::wants_load_balancer(&s)),
             Err(e) => Err(k8s_cloud_provider::CloudError::msg(format!(
                 "reading Service {ns}/{name}, the Service the load balancer is named for (it is deleted only when that Service is gone): {e}"
             ))),
