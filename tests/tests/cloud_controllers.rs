@@ -157,6 +157,62 @@ async fn provider_error_keeps_the_taint_and_is_retried() -> Result<()> {
     Ok(())
 }
 
+/// The API server takes the initialising write and then fails every attempt at the Node's
+/// addresses (as when it restarts in between): the Node is synced again and gets its addresses
+/// well before the next periodic address sync (5 min), which is all that used to bring them.
+#[tokio::test]
+async fn addresses_lost_after_initialisation_are_written_by_a_retry() -> Result<()> {
+    use rcp_e2e::fault_proxy::{Action, FaultProxy, Rule};
+    let cluster = TestCluster::start().await?;
+    let client = cluster.client().await?;
+    let proxy = FaultProxy::start_tls_self_signed(cluster.server()).await?;
+    let proxied =
+        rcp_e2e::cluster::client_from_kubeconfig(&cluster.kubeconfig_via_proxy(proxy.port())?).await?;
+    // Every attempt of the first sync (5) fails, and a few more of its retries.
+    let failures = 8;
+    proxy.add(
+        Rule::new(
+            &["/api/v1/nodes/node-f/status"],
+            // No answer, as from an API server that is going down (a 503 would also be tried
+            // again by the client library itself).
+            Action::Drop,
+        )
+        .times(failures),
+    );
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.add_instance("node-f", fake_instance(2));
+    let _c = start_controllers(
+        proxied,
+        cloud.clone(),
+        ControllersConfig::default(),
+        &[node::NAME],
+    )
+    .await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &tainted_node("node-f"))
+        .await?;
+    let n = wait_for("node-f initialised with its addresses", T, || {
+        initialised(&nodes, "node-f")
+    })
+    .await?;
+    assert_eq!(
+        n.spec.as_ref().unwrap().provider_id.as_deref(),
+        Some("fake://i-0002")
+    );
+    assert_eq!(addresses(&n)[0], addr("InternalIP", "10.0.0.3"));
+    let patched = proxy
+        .counts_by_method()
+        .get("PATCH /api/v1/nodes/node-f/status")
+        .copied()
+        .unwrap_or_default();
+    assert!(
+        patched > failures,
+        "the addresses came from a write after the {failures} failed ones: {patched} PATCHes"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn provided_node_ip_orders_addresses_and_a_wrong_one_blocks_initialisation() -> Result<()> {
     let cluster = TestCluster::start().await?;

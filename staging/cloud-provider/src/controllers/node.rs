@@ -79,6 +79,16 @@ pub enum NodeSyncError {
         #[source]
         source: kube::Error,
     },
+    /// The Node is initialised but the API server did not take its addresses (no answer or a
+    /// server error on every attempt); the Node is synced again (with back-off) until it does.
+    #[error("failed to update node addresses for node {node}: {source}")]
+    Addresses {
+        /// Node name.
+        node: String,
+        /// API error of the last attempt.
+        #[source]
+        source: kube::Error,
+    },
 }
 
 /// The cloud-node controller.
@@ -230,7 +240,12 @@ impl CloudNodeController {
                             source,
                         })?;
                 if let Some(m) = metadata {
-                    self.update_node_address(&node, &m.node_addresses).await;
+                    self.update_node_address(&node, &m.node_addresses)
+                        .await
+                        .map_err(|source| NodeSyncError::Addresses {
+                            node: name.to_string(),
+                            source,
+                        })?;
                 }
             }
             return Ok(());
@@ -295,7 +310,7 @@ impl CloudNodeController {
                 .max(0.0);
             self.ctx.cloud_metrics.taint_removal_delay.observe(delay);
         }
-        self.update_node_address(&updated, &metadata.node_addresses).await;
+        let addresses_written = self.update_node_address(&updated, &metadata.node_addresses).await;
         info!(
             node = name,
             "Successfully initialized node {name} with cloud provider"
@@ -313,7 +328,13 @@ impl CloudNodeController {
                 .max(0.0);
             self.ctx.cloud_metrics.initial_node_sync_delay.observe(delay);
         }
-        Ok(())
+        // The API server went away between the initialising write and the addresses: the Node
+        // is synced again with back-off, and that retry (which finds it initialised without
+        // addresses) writes them, instead of the next periodic sync minutes later.
+        addresses_written.map_err(|source| NodeSyncError::Addresses {
+            node: name.to_string(),
+            source,
+        })
     }
 
     async fn instance_metadata(&self, node: &Node) -> Result<Option<InstanceMetadata>, CloudError> {
@@ -420,20 +441,22 @@ impl CloudNodeController {
         }))
     }
 
-    /// Writes the cloud's addresses to `status.addresses` when they differ (spec §2.5); a
-    /// failure is logged, not returned (the periodic address sync comes back to it).
-    async fn update_node_address(&self, node: &Node, cloud: &[NodeAddress]) {
+    /// Writes the cloud's addresses to `status.addresses` when they differ (spec §2.5). A
+    /// refusal (`4xx`) or bad cloud addresses are logged and not returned (trying again would
+    /// not help; the periodic address sync comes back to them); an API server that did not take
+    /// the write after [`ADDRESS_PATCH_ATTEMPTS`] is returned so that the caller can retry.
+    async fn update_node_address(&self, node: &Node, cloud: &[NodeAddress]) -> Result<(), kube::Error> {
         let name = node.metadata.name.as_deref().unwrap_or_default();
         let wanted = match desired_node_addresses(node, cloud) {
             Ok(Some(w)) => w,
-            Ok(None) => return,
+            Ok(None) => return Ok(()),
             Err(e) => {
                 warn!(node = name, error = %e, "Failed to update node addresses for node {name:?}: {e}");
-                return;
+                return Ok(());
             }
         };
         if !node_addresses_changed(addresses(node), &wanted) {
-            return;
+            return Ok(());
         }
         // A merge patch replaces the list wholesale (the strategic merge key `type` would
         // otherwise merge the old and new lists incorrectly).
@@ -449,14 +472,14 @@ impl CloudNodeController {
                 .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
             {
-                Ok(_) => return,
+                Ok(_) => return Ok(()),
                 Err(kube::Error::Api(s)) if s.code < 500 && s.code != 429 => {
                     warn!(node = name, error = %s, "failed to update node addresses for node {name:?}");
-                    return;
+                    return Ok(());
                 }
                 Err(e) if attempt >= ADDRESS_PATCH_ATTEMPTS => {
                     warn!(node = name, error = %e, "failed to update node addresses for node {name:?}");
-                    return;
+                    return Err(e);
                 }
                 Err(e) => {
                     debug!(node = name, error = %e, attempt, "updating node addresses; trying again");
@@ -494,7 +517,8 @@ impl CloudNodeController {
                         return;
                     }
                 };
-                self.update_node_address(&node, &cloud).await;
+                // A failure is logged inside; the next period tries again.
+                let _ = self.update_node_address(&node, &cloud).await;
             })
             .await;
         debug!(nodes = count, took = ?start.elapsed(), "Update {count} nodes status took {:?}.", start.elapsed());
