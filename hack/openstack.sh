@@ -124,6 +124,12 @@ key_repository = $RUN/keystone/cred
 [cache]
 enabled = true
 backend = dogpile.cache.memory
+# Users are not cached: a log-in that reads a disabled user while an admin re-enables it
+# stores the disabled user after the update cleared the cache, and keystone then refuses the
+# re-enabled user until the entry expires (10 min). The tests disable and re-enable users to
+# revoke their tokens while the CCM logs in again (reproduced here with concurrent log-ins).
+[identity]
+caching = false
 EOF
   cat >"$RUN/glance/glance-api.conf" <<EOF
 [DEFAULT]
