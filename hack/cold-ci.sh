@@ -17,6 +17,13 @@ while (($#)); do
   esac
 done
 commit=$(git rev-parse --short=7 HEAD)
+# A cold run needs ~25 GiB (its own target directory and test-server cache); a full disk shows
+# up much later as a build failure (exit 101) that says nothing of the cause.
+free_gib=$(df -Pk "${TMPDIR:-/tmp}" | awk 'NR == 2 { print int($4 / 1048576) }')
+if ((free_gib < 25)); then
+  echo "cold-ci: only ${free_gib} GiB free in ${TMPDIR:-/tmp}; a cold run needs ~25 GiB (the project cache's target/debug/incremental is safe to remove)" >&2
+  exit 2
+fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/cold-ci.XXXXXX")
 ((keep)) || trap 'rm -rf "$work"' EXIT
 git clone --quiet "$PWD" "$work/main"

@@ -91,10 +91,14 @@ PY
   echo "$body"
 }
 
-hack/install-test-deps.sh >/dev/null
-for bin in cloud-controller-manager-aws cloud-controller-manager-vsphere cloud-controller-manager-openstack fake-cloud-controller-manager; do
-  cargo build --quiet --locked ${RCP_CCM_PROFILE:+--release} --bin "$bin"
-done
+# The test servers and binaries, for the sections that run tests here (fuzz and cold-ci build
+# their own).
+if [[ ,$only, =~ ,(crash|restarts|lease|informers|vcenter|faults), ]]; then
+  hack/install-test-deps.sh >/dev/null
+  for bin in cloud-controller-manager-aws cloud-controller-manager-vsphere cloud-controller-manager-openstack fake-cloud-controller-manager; do
+    cargo build --quiet --locked ${RCP_CCM_PROFILE:+--release} --bin "$bin"
+  done
+fi
 
 if wanted crash; then
   run_test reliability crash_trials_leave_no_leaked_or_duplicated_cloud_resources RCP_CRASH_TRIALS="$trials" |

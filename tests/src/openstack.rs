@@ -423,9 +423,9 @@ impl Project {
         // Keystone's revocation events have a one-second resolution: a token issued in the same
         // second as the revocation would survive it.
         tokio::time::sleep(Duration::from_millis(1100)).await;
-        // Keystone may still refuse the re-enabled user for a moment (401 right after the wait,
-        // seen in CI under load; its revocation events and user cache are time-based): asked
-        // again, up to 10 s.
+        // Keystone may still refuse the re-enabled user for a moment: asked again, up to 10 s.
+        // (A refusal for every attempt was keystone's user cache keeping the disabled user,
+        // stored by the CCM's concurrent log-in; hack/openstack.sh turns that cache off.)
         let mut attempt = 0;
         self.session = loop {
             match Session::login(&self.name, &self.password, &self.name).await {
@@ -527,6 +527,16 @@ impl Project {
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
+    }
+
+    /// Boots the servers `<prefix>-0` … `<prefix>-<n-1>` on `network` at once and waits until
+    /// each is ACTIVE; returns their IDs in that order.
+    pub async fn servers(&self, prefix: &str, n: usize, network: &Network) -> Result<Vec<String>> {
+        futures::future::try_join_all((0..n).map(|i| {
+            let name = format!("{prefix}-{i}");
+            async move { self.server(&name, network).await }
+        }))
+        .await
     }
 
     /// A server's JSON.

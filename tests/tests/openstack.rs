@@ -32,13 +32,10 @@ fn label(n: &Node, key: &str) -> Option<String> {
 async fn nodes_come_from_nova_servers_stopped_ones_taint_deleted_ones_delete_and_an_unreachable_nova_deletes_nothing()
 -> Result<()> {
     let os = OpenStack::shared().await?;
-    let cluster = TestCluster::start().await?;
-    let mut project: Project = os.project("nodes").await?;
+    // The API server starts while the project is made.
+    let (cluster, mut project) = tokio::try_join!(TestCluster::start(), os.project("nodes"))?;
     let net = project.network("private", "10.0.0.0/24").await?;
-    let mut ids = Vec::new();
-    for i in 0..4 {
-        ids.push(project.server(&format!("node-{i}"), &net).await?);
-    }
+    let ids = project.servers("node", 4, &net).await?;
     let ccm = start_ccm(
         &cluster,
         &format!("{}[LoadBalancer]\nenabled = false\n", project.global_section()),
@@ -193,15 +190,12 @@ async fn members(project: &Project, lb_name: &str) -> Option<BTreeSet<(String, S
 async fn a_load_balancer_service_becomes_an_octavia_load_balancer_whose_members_follow_the_nodes()
 -> Result<()> {
     let os = OpenStack::shared().await?;
-    let cluster = TestCluster::start().await?;
-    let project = os.project("lb").await?;
+    // The API server starts while the project is made.
+    let (cluster, project) = tokio::try_join!(TestCluster::start(), os.project("lb"))?;
     let net = project.network("private", "10.1.0.0/24").await?;
     let public = project.external_network("public", "172.24.4.0/24").await?;
     project.router("edge", &public, &net).await?;
-    let mut ids = Vec::new();
-    for i in 0..3 {
-        ids.push(project.server(&format!("node-{i}"), &net).await?);
-    }
+    let ids = project.servers("node", 3, &net).await?;
     let config = format!(
         "{}[LoadBalancer]\nsubnet-id = {}\ncreate-monitor = true\nmonitor-delay = 7s\n",
         project.global_section(),
@@ -369,15 +363,12 @@ async fn a_load_balancer_service_becomes_an_octavia_load_balancer_whose_members_
 #[tokio::test]
 async fn pod_routes_go_on_the_neutron_router_with_address_pairs_and_leave_with_the_node() -> Result<()> {
     let os = OpenStack::shared().await?;
-    let cluster = TestCluster::start().await?;
-    let project = os.project("routes").await?;
+    // The API server starts while the project is made.
+    let (cluster, project) = tokio::try_join!(TestCluster::start(), os.project("routes"))?;
     let net = project.network("private", "10.2.0.0/24").await?;
     let public = project.external_network("public", "172.25.4.0/24").await?;
     let router = project.router("edge", &public, &net).await?;
-    let mut ids = Vec::new();
-    for i in 0..2 {
-        ids.push(project.server(&format!("node-{i}"), &net).await?);
-    }
+    let ids = project.servers("node", 2, &net).await?;
     let config = format!(
         "{}[LoadBalancer]\nenabled = false\n[Route]\nrouter-id = {router}\n",
         project.global_section()
@@ -476,13 +467,10 @@ async fn nodes_and_a_load_balancer_converge_under_random_openstack_faults() -> R
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.2);
     let os = OpenStack::shared().await?;
-    let cluster = TestCluster::start().await?;
-    let project = os.project("faults").await?;
+    // The API server starts while the project is made.
+    let (cluster, project) = tokio::try_join!(TestCluster::start(), os.project("faults"))?;
     let net = project.network("private", "10.2.0.0/24").await?;
-    let mut ids = Vec::new();
-    for i in 0..N {
-        ids.push(project.server(&format!("node-{i}"), &net).await?);
-    }
+    let ids = project.servers("node", N, &net).await?;
     let config = format!(
         "{}[LoadBalancer]\nsubnet-id = {}\n",
         project.global_section(),

@@ -22,16 +22,13 @@ const T: Duration = Duration::from_secs(120);
 #[tokio::test]
 async fn routes_of_more_servers_than_a_page_converge_and_stay() -> Result<()> {
     let os = OpenStack::shared().await?;
-    let cluster = TestCluster::start().await?;
-    let project = os.project("scale").await?;
+    // The API server starts while the project is made.
+    let (cluster, project) = tokio::try_join!(TestCluster::start(), os.project("scale"))?;
     let net = project.network("private", "10.3.0.0/24").await?;
     let public = project.external_network("public", "172.26.4.0/24").await?;
     let router = project.router("edge", &public, &net).await?;
     const SERVERS: usize = 7;
-    let mut ids = Vec::new();
-    for i in 0..SERVERS {
-        ids.push(project.server(&format!("node-{i}"), &net).await?);
-    }
+    let ids = project.servers("node", SERVERS, &net).await?;
     let config = format!(
         "{}[LoadBalancer]\nenabled = false\n[Route]\nrouter-id = {router}\n",
         project.global_section()
