@@ -93,11 +93,17 @@ async fn main() -> Result<()> {
             &load_balancer_service("hello", &[], &[(80, "http")]),
         )
         .await?;
-    println!("local-up-cluster: created the LoadBalancer Service default/hello; waiting for its load balancer …");
-    let served = wait_for("Service hello's load balancer", Duration::from_secs(180), || async {
-        let s = services.get("hello").await.ok()?;
-        ingress_hostname(&s).or_else(|| ingress_ip(&s))
-    })
+    println!(
+        "local-up-cluster: created the LoadBalancer Service default/hello; waiting for its load balancer …"
+    );
+    let served = wait_for(
+        "Service hello's load balancer",
+        Duration::from_secs(180),
+        || async {
+            let s = services.get("hello").await.ok()?;
+            ingress_hostname(&s).or_else(|| ingress_ip(&s))
+        },
+    )
     .await;
     if let Err(e) = served {
         anyhow::bail!("{e}\n{}", up.diagnostics());
@@ -107,7 +113,10 @@ async fn main() -> Result<()> {
         up.cluster.cluster.kubectl(&["get", "service", "hello"])?
     );
     for (node, kib) in up.ccm_rss_kib() {
-        println!("local-up-cluster: CCM container on {node}: RSS {:.1} MiB", kib as f64 / 1024.0);
+        println!(
+            "local-up-cluster: CCM container on {node}: RSS {:.1} MiB",
+            kib as f64 / 1024.0
+        );
     }
 
     println!("\nlocal-up-cluster: running. Try:");
@@ -115,7 +124,9 @@ async fn main() -> Result<()> {
         "    export KUBECONFIG={}",
         up.cluster.cluster.kubeconfig_path().display()
     );
-    println!("    kubectl get nodes -o wide; kubectl -n kube-system get pods; kubectl -n kube-system logs -l k8s-app=cloud-controller-manager");
+    println!(
+        "    kubectl get nodes -o wide; kubectl -n kube-system get pods; kubectl -n kube-system logs -l k8s-app=cloud-controller-manager"
+    );
     println!(
         "  logs: {} (kube-*.log; node-*/kubelet.log, node-*/containerd.log)",
         up.cluster.dir().display()
