@@ -50,9 +50,11 @@ async fn every_overlay_renders_and_the_api_server_accepts_it() -> Result<()> {
     for expected in [
         "aws/base",
         "aws/overlays/example",
+        "aws/overlays/local",
         "vsphere/base",
         "vsphere/overlays/example",
         "openstack/base",
+        "openstack/overlays/local",
         "common",
     ] {
         assert!(names.iter().any(|n| n == expected), "{expected} in {names:?}");
