@@ -6,6 +6,7 @@
 #     kube-node-v1.20.2/{kubelet,kube-controller-manager,kube-scheduler,pause}   the same tree
 #     moto-5.2.5/venv/                        moto[server] from PyPI in a venv
 #     vcsim-0.24.2/{vcsim,govc}               built from Debian's govmomi sources
+#     docker-registry-2.8.2+ds1-1/            Debian's docker-registry, unpacked (never installed)
 #     cargo-deny-0.20.2/bin/cargo-deny        cargo install --locked
 #     cargo-nextest-0.9.143/bin/cargo-nextest  cargo install --locked (only when none is installed)
 #     cargo-http-registry-0.1.8/bin/…         cargo install --locked (the test registry)
@@ -18,7 +19,7 @@
 #
 # Environment:
 #   RCP_CACHE_DIR   override the cache directory
-#   RCP_SKIP        space-separated steps to skip (apt kube-apiserver kube-node moto vcsim cargo-deny
+#   RCP_SKIP        space-separated steps to skip (apt kube-apiserver kube-node moto vcsim docker-registry cargo-deny
 #                   cargo-nextest cargo-http-registry cargo-semver-checks openstack)
 set -euo pipefail
 
@@ -31,6 +32,7 @@ MOTO_VERSION=5.2.5
 BOTO3_VERSION=1.44.5
 GOVMOMI_VERSION=0.24.2
 GOVMOMI_DEB_VERSION=0.24.2-3
+REGISTRY_DEB_VERSION=2.8.2+ds1-1
 CARGO_DENY_VERSION=0.20.2
 CARGO_NEXTEST_VERSION=0.9.143
 CARGO_HTTP_REGISTRY_VERSION=0.1.8
@@ -279,6 +281,30 @@ if ! skipped vcsim; then
 fi
 
 # ---------------------------------------------------------------------------------------------
+# 4b. Debian's docker-registry (the Distribution registry) for the ECR pull through the kubelet's
+#     credential provider (tests/tests/real_cluster.rs): the package is unpacked, not installed,
+#     so no registry service is ever started on the machine.
+REG_DIR="$CACHE/docker-registry-$REGISTRY_DEB_VERSION"
+if ! skipped docker-registry; then
+  if [[ -x "$REG_DIR/usr/bin/docker-registry" ]]; then
+    step docker-registry "cached: docker-registry $REGISTRY_DEB_VERSION"
+  else
+    step docker-registry "unpacking Debian's docker-registry $REGISTRY_DEB_VERSION"
+    W="$CACHE/build/docker-registry"
+    rm -rf "$W" && mkdir -p "$W"
+    (cd "$W" && run_logged docker-registry "$LOGS/docker-registry.log" apt-get download "docker-registry=$REGISTRY_DEB_VERSION") || {
+      run_logged docker-registry "$LOGS/docker-registry.log" $SUDO apt-get update
+      (cd "$W" && run_logged docker-registry "$LOGS/docker-registry.log" apt-get download "docker-registry=$REGISTRY_DEB_VERSION")
+    }
+    rm -rf "$REG_DIR.tmp" && mkdir -p "$REG_DIR.tmp"
+    run_logged docker-registry "$LOGS/docker-registry.log" dpkg-deb -x "$(ls "$W"/docker-registry_*.deb | head -1)" "$REG_DIR.tmp"
+    rm -rf "$REG_DIR" && mv "$REG_DIR.tmp" "$REG_DIR" && rm -rf "$W"
+    step docker-registry "unpacked: $("$REG_DIR/usr/bin/docker-registry" --version 2>&1 | head -1)"
+  fi
+  ln -sfn "$REG_DIR/usr/bin/docker-registry" "$BIN/docker-registry"
+fi
+
+# ---------------------------------------------------------------------------------------------
 # 5. cargo-deny, pinned.
 CD_DIR="$CACHE/cargo-deny-$CARGO_DENY_VERSION"
 if ! skipped cargo-deny; then
@@ -354,6 +380,6 @@ if ! skipped openstack; then
 fi
 
 step done "in $(($(date +%s) - START)) s; binaries in $BIN:"
-for b in etcd kube-apiserver kubelet kube-controller-manager kube-scheduler pause kubectl moto_server vcsim govc cargo-deny cargo-nextest cargo-http-registry cargo-semver-checks; do
+for b in etcd kube-apiserver kubelet kube-controller-manager kube-scheduler pause kubectl moto_server vcsim govc docker-registry cargo-deny cargo-nextest cargo-http-registry cargo-semver-checks; do
   if [[ -e "$BIN/$b" ]]; then printf '    %-15s -> %s\n' "$b" "$(readlink -f "$BIN/$b")"; fi
 done

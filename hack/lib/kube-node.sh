@@ -16,7 +16,8 @@
 #
 # DIR holds what the caller prepared: kubelet.kubeconfig, kubelet.yaml (a KubeletConfiguration),
 # kubelet.args (one kubelet flag per line), cni-template.json (containerd renders the node's CNI
-# configuration from it once kubelet knows the Node's Pod CIDR), node-ip, and images.list (lines "ARCHIVE NAME": OCI
+# configuration from it once kubelet knows the Node's Pod CIDR), node-ip, optionally hosts (the
+# node's /etc/hosts) and registry-cas (lines "HOST CA-FILE"), and images.list (lines "ARCHIVE NAME": OCI
 # archives imported into containerd, tagged NAME:<their tag>, before kubelet starts). This script
 # writes containerd.toml and the node's state (containerd/, kubelet/, log/, run/, lib/, cni/) into
 # DIR, and logs to DIR/containerd.log and DIR/kubelet.log.
@@ -100,6 +101,8 @@ mount -t tmpfs -o mode=755 tmpfs /run
 mount --bind "$DIR/log" /var/log
 mount --bind "$DIR/lib" /var/lib
 if [[ -d /usr/libexec ]]; then mount --bind "$DIR/libexec" /usr/libexec; fi
+# Host names the node resolves its own way (e.g. a registry's, to 127.0.0.1), when given.
+if [[ -f "$DIR/hosts" ]]; then mount --bind "$DIR/hosts" /etc/hosts; fi
 for s in kernel/panic:10 kernel/panic_on_oops:1 vm/overcommit_memory:1; do
   f=$DIR/sysctl/${s%%:*}; mkdir -p "$(dirname "$f")"; echo "${s##*:}" > "$f"
   mount --bind "$f" "/proc/sys/${s%%:*}"
@@ -140,6 +143,11 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     conf_dir = "$DIR/cni"
     conf_template = "$DIR/cni-template.json"
 EOF
+# Registries with a CA of their own (lines "HOST CA-FILE" in DIR/registry-cas).
+while read -r host ca; do
+  [[ -n $host ]] || continue
+  printf '[plugins."io.containerd.grpc.v1.cri".registry.configs."%s".tls]\n  ca_file = "%s"\n' "$host" "$ca" >> "$DIR/containerd.toml"
+done < <(cat "$DIR/registry-cas" 2>/dev/null || true)
 
 setpriv --pdeathsig KILL -- containerd --config "$DIR/containerd.toml" > "$DIR/containerd.log" 2>&1 &
 CONTAINERD_PID=$!

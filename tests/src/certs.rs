@@ -31,6 +31,17 @@ impl ClientCa {
         Ok(reqwest::Identity::from_pem(format!("{cert}{key}").as_bytes())?)
     }
 
+    /// A server certificate for the DNS name `host`, signed by this CA, as PEM certificate and
+    /// PEM key.
+    pub fn server_cert_pem(&self, host: &str) -> Result<(String, String)> {
+        let mut params = CertificateParams::new(vec![host.to_string()])?;
+        params.distinguished_name.push(DnType::CommonName, host);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+
     /// A client certificate for `cn` in `group` (Kubernetes reads the organisation as the
     /// group), as PEM certificate and PEM key.
     pub fn client_cert_pem(&self, cn: &str, groups: &[&str]) -> Result<(String, String)> {

@@ -60,6 +60,12 @@ pub struct NodeOptions {
     pub provider_id: Option<String>,
     /// Labels the Node gets once registered (kubelet 1.20 may not set `node-role.…` itself).
     pub labels: Vec<(String, String)>,
+    /// More kubelet flags.
+    pub kubelet_args: Vec<String>,
+    /// Host names the node resolves to addresses of its own choosing (`/etc/hosts` entries).
+    pub hosts: Vec<(String, String)>,
+    /// Registries containerd trusts by their CA: (host, CA PEM).
+    pub registry_cas: Vec<(String, String)>,
 }
 
 /// One node: the `hack/lib/kube-node.sh` process (containerd + kubelet) and its directory.
@@ -111,7 +117,7 @@ pub struct RealCluster {
     pub cluster: TestCluster,
     ca: ClientCa,
     images: Vec<Image>,
-    forwarded_ports: Vec<u16>,
+    forwarded_ports: Vec<(u16, u16)>,
     cluster_cidr: String,
     dir: TempDir,
 }
@@ -140,8 +146,8 @@ impl RealCluster {
             .next()
             .and_then(|p| p.parse().ok())
             .context("the API server's port")?;
-        let mut forwarded_ports = vec![apiserver_port];
-        forwarded_ports.extend_from_slice(cloud_ports);
+        let mut forwarded_ports = vec![(apiserver_port, apiserver_port)];
+        forwarded_ports.extend(cloud_ports.iter().map(|p| (*p, *p)));
 
         let kcm_kubeconfig = write_cert_kubeconfig(
             &cluster,
@@ -225,6 +231,17 @@ impl RealCluster {
         })
     }
 
+    /// Nodes started from now on forward their 127.0.0.1:`inside` to the host's
+    /// 127.0.0.1:`outside` (e.g. a registry's 443 to the port it listens on).
+    pub fn forward(&mut self, inside: u16, outside: u16) {
+        self.forwarded_ports.push((inside, outside));
+    }
+
+    /// The sandbox (pause) image's OCI archive (tag 3.4.1).
+    pub fn pause_archive(&self) -> &Path {
+        &self.images[0].archive
+    }
+
     /// The Pod CIDR the Nodes' CIDRs are allocated from.
     pub fn cluster_cidr(&self) -> &str {
         &self.cluster_cidr
@@ -276,6 +293,21 @@ impl RealCluster {
         if let Some(pid) = &options.provider_id {
             args.push(format!("--provider-id={pid}"));
         }
+        args.extend(options.kubelet_args.iter().cloned());
+        if !options.hosts.is_empty() {
+            let mut hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+            for (name, ip) in &options.hosts {
+                hosts.push_str(&format!("{ip} {name}\n"));
+            }
+            std::fs::write(dir.join("hosts"), hosts)?;
+        }
+        let mut cas = String::new();
+        for (i, (host, pem)) in options.registry_cas.iter().enumerate() {
+            let file = dir.join(format!("registry-ca-{i}.pem"));
+            std::fs::write(&file, pem)?;
+            cas.push_str(&format!("{host} {}\n", file.display()));
+        }
+        std::fs::write(dir.join("registry-cas"), cas)?;
         std::fs::write(dir.join("kubelet.args"), args.join("\n") + "\n")?;
         std::fs::write(dir.join("node-ip"), &options.ip)?;
         std::fs::write(
@@ -447,21 +479,21 @@ async fn wait_for_own_network_namespace(pid: u32) -> Result<()> {
     bail!("process {pid} did not enter a network namespace of its own")
 }
 
-/// Listens on 127.0.0.1:`port` inside the network namespace of process `pid`, for each of
-/// `ports`, and forwards every connection to 127.0.0.1:`port` of this process's namespace. The
+/// Listens on 127.0.0.1:`inside` inside the network namespace of process `pid`, for each pair of
+/// `ports`, and forwards every connection to 127.0.0.1:`outside` of this process's namespace. The
 /// listening sockets are made by a thread that enters that namespace and ends; the connections
 /// out are made by the runtime's threads, which never leave this one.
-fn forward_into_namespace(pid: u32, ports: &[u16]) -> Result<Vec<tokio::task::JoinHandle<()>>> {
+fn forward_into_namespace(pid: u32, ports: &[(u16, u16)]) -> Result<Vec<tokio::task::JoinHandle<()>>> {
     let namespace = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
     let wanted = ports.to_vec();
     let listeners = std::thread::spawn(move || -> Result<Vec<(u16, std::net::TcpListener)>> {
         nix::sched::setns(&namespace, nix::sched::CloneFlags::CLONE_NEWNET)?;
         wanted
             .iter()
-            .map(|port| {
-                let l = std::net::TcpListener::bind(("127.0.0.1", *port))?;
+            .map(|(inside, outside)| {
+                let l = std::net::TcpListener::bind(("127.0.0.1", *inside))?;
                 l.set_nonblocking(true)?;
-                Ok((*port, l))
+                Ok((*outside, l))
             })
             .collect()
     })

@@ -30,6 +30,7 @@ pub mod moto;
 pub mod openstack;
 pub mod paths;
 pub mod process;
+pub mod registry;
 pub mod secrets;
 pub mod vcsim;
 

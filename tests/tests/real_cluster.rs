@@ -12,7 +12,10 @@ use k8s_cloud_provider::{
     node::helpers::{addresses, has_taint},
     well_known::TAINT_UNINITIALIZED,
 };
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{Node, Pod, Service},
+};
 use kube::{
     Api,
     api::{DeleteParams, PostParams},
@@ -147,9 +150,23 @@ async fn scenario(
 
     // Fail-over: the leading Pod deleted, the other one initialises the next Node.
     let leader = up.leader()?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let holder = |l: Option<Lease>| l.and_then(|l| l.spec?.holder_identity).unwrap_or_default();
+    let before = holder(leases.get_opt("cloud-controller-manager").await?);
     let deleted = Instant::now();
     pods.delete(&leader, &DeleteParams::default().grace_period(0))
         .await?;
+    let taken = wait_for("the other CCM Pod holding the lease", STEP, || async {
+        let now = holder(leases.get_opt("cloud-controller-manager").await.ok()?);
+        (!now.is_empty() && now != before).then_some(())
+    })
+    .await;
+    taken.with_context(|| up.diagnostics())?;
+    println!(
+        "{}: fail-over: leading CCM Pod {leader} deleted; the other Pod held the lease {:.1?} later",
+        up.provider(),
+        deleted.elapsed()
+    );
     up.start_node(2, false).await?;
     let third = up.machines[2].name.clone();
     let initialised = wait_for(
@@ -163,7 +180,7 @@ async fn scenario(
     .await;
     initialised.with_context(|| up.diagnostics())?;
     println!(
-        "{}: fail-over: leading CCM Pod {leader} deleted; the next Node (its kubelet started then) initialised {:.1?} later",
+        "{}: fail-over: the next Node (its kubelet started after the hand-over) initialised {:.1?} after the leading Pod was deleted",
         up.provider(),
         deleted.elapsed()
     );
@@ -249,4 +266,152 @@ async fn openstack_ccm_pods_initialise_kubelet_nodes_serve_a_load_balancer_and_f
         );
     })
     .await
+}
+
+/// The kubelet pulls an image from a private ECR registry with the credentials our
+/// `ecr-credential-provider` returns: kubelet 1.20 with `KubeletCredentialProviders`, the
+/// shipped `deploy/aws/kubelet/credential-provider-config.yaml` (in the `v1alpha1` versions a
+/// 1.20 kubelet reads, as its comment says, with moto's endpoint and credentials as `env`) and the
+/// binary in `--image-credential-provider-bin-dir`. The registry (Debian's docker-registry, TLS
+/// for the ECR host name, which the node resolves to its 127.0.0.1) lets in only the user and
+/// password moto's `GetAuthorizationToken` hands out, so the Pod runs only if the kubelet asked
+/// the plugin and containerd used its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubelet_pulls_from_ecr_with_the_credentials_of_ecr_credential_provider() -> Result<()> {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use rcp_e2e::{Moto, kube_node::NodeOptions, kube_node::RealCluster, paths, registry::Registry};
+    const HOST: &str = "123456789012.dkr.ecr.us-east-1.amazonaws.com";
+    let moto = Moto::start().await?;
+    let world = moto.build_world("ecr-pull", 1).await?;
+    let moto_port: u16 = moto
+        .endpoint()
+        .trim_end_matches('/')
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .context("moto's port")?;
+    let mut registry = Registry::start(HOST, "AWS", "123456789012-auth-token").await?;
+    let mut cluster = RealCluster::start(vec![], &[moto_port]).await?;
+    registry
+        .push_oci_archive(
+            cluster.pause_archive(),
+            "app",
+            "1",
+            "AWS",
+            "123456789012-auth-token",
+        )
+        .await?;
+    cluster.forward(443, registry.port);
+
+    // The shipped configuration, in the versions kubelet 1.20 reads, with moto as ECR.
+    let plugin_dir = tempfile::tempdir()?;
+    let bin_dir = plugin_dir.path().join("bin");
+    std::fs::create_dir_all(&bin_dir)?;
+    std::fs::copy(
+        paths::workspace_binary("ecr-credential-provider")?,
+        bin_dir.join("ecr-credential-provider"),
+    )?;
+    let shipped = std::fs::read_to_string(
+        paths::workspace_root().join("deploy/aws/kubelet/credential-provider-config.yaml"),
+    )?;
+    let mut config = shipped
+        .replace(
+            "apiVersion: kubelet.config.k8s.io/v1\n",
+            "apiVersion: kubelet.config.k8s.io/v1alpha1\n",
+        )
+        .replace(
+            "apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+            "apiVersion: credentialprovider.kubelet.k8s.io/v1alpha1\n",
+        );
+    config.push_str("    env:\n");
+    for (k, v) in moto
+        .sdk_env()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .chain([("AWS_ENDPOINT_URL".to_string(), moto.endpoint().to_string())])
+    {
+        config.push_str(&format!("      - name: {k}\n        value: \"{v}\"\n"));
+    }
+    let config_path = plugin_dir.path().join("credential-provider-config.yaml");
+    std::fs::write(&config_path, config)?;
+
+    let instance = &world.instances[0];
+    cluster
+        .start_node(NodeOptions {
+            name: instance.private_dns_name.clone(),
+            ip: instance.private_ip.clone(),
+            kubelet_args: vec![
+                "--feature-gates=KubeletCredentialProviders=true".into(),
+                format!("--image-credential-provider-config={}", config_path.display()),
+                format!("--image-credential-provider-bin-dir={}", bin_dir.display()),
+            ],
+            hosts: vec![(HOST.into(), "127.0.0.1".into())],
+            registry_cas: vec![(HOST.into(), registry.ca_pem.clone())],
+            ..Default::default()
+        })
+        .await?;
+
+    let client = cluster.cluster.client().await?;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    wait_for("the default ServiceAccount", STEP, || async {
+        accounts.get_opt("default").await.ok()?
+    })
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "from-ecr"},
+        "spec": {
+            "nodeName": instance.private_dns_name,
+            "hostNetwork": true,
+            "automountServiceAccountToken": false,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "app", "image": format!("{HOST}/app:1"), "imagePullPolicy": "Always"}]
+        }
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    let running = wait_for("the Pod from ECR running", STEP, || async {
+        let p = pods.get("from-ecr").await.ok()?;
+        (p.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(p)
+    })
+    .await;
+    if let Err(e) = running {
+        let events = cluster
+            .cluster
+            .kubectl(&["get", "events", "-A"])
+            .unwrap_or_default();
+        let kubelet = cluster.nodes()[0].kubelet_log(40);
+        anyhow::bail!(
+            "{e}\n{events}\n--- kubelet ---\n{kubelet}\n--- registry ---\n{}",
+            registry.log()
+        );
+    }
+    registry.check_running()?;
+    // The plugin asked moto's ECR for a token (signed for us-east-1, the region of the host).
+    let asked = moto.recorded().into_iter().any(|(headers, _)| {
+        headers
+            .get("x-amz-target")
+            .is_some_and(|t| t.ends_with("GetAuthorizationToken"))
+    });
+    assert!(asked, "no GetAuthorizationToken reached moto");
+    // containerd was refused without credentials and let in with them (the registry knows only
+    // user AWS with moto's password).
+    let log = registry.log();
+    let by_containerd =
+        |l: &&str| l.contains("useragent=\"containerd/") && l.contains("uri=/v2/app/manifests/1");
+    assert!(
+        log.lines()
+            .filter(by_containerd)
+            .any(|l| l.contains("msg=\"authorized request\"")),
+        "containerd's manifest request was never authorized:\n{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("/v2/app/manifests/1 HTTP/1.1\" 200") && l.contains("containerd/")),
+        "containerd never got the manifest:\n{log}"
+    );
+    rcp_e2e::secrets::assert_none_in("the kubelet's log", &cluster.nodes()[0].kubelet_log(10_000));
+    println!("ecr: Pod from-ecr Running from {HOST}/app:1, pulled with the plugin's credentials");
+    Ok(())
 }
