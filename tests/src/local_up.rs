@@ -84,13 +84,6 @@ impl LocalUp {
         let image = ccm_image("aws", images.path())?;
         let moto = Moto::start().await?;
         let world = moto.build_world("local-up", machines).await?;
-        let moto_port: u16 = moto
-            .endpoint()
-            .trim_end_matches('/')
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .context("moto's port")?;
         let list = world
             .instances
             .iter()
@@ -101,7 +94,7 @@ impl LocalUp {
                 provider_id: i.provider_id(),
             })
             .collect();
-        let cluster = RealCluster::start(vec![image], &[moto_port]).await?;
+        let cluster = RealCluster::start(vec![image], &[moto.port()]).await?;
         let mut up = Self {
             cluster,
             cloud: Cloud::Aws { moto, world },
@@ -245,6 +238,29 @@ impl LocalUp {
         })
         .await;
         running.with_context(|| self.diagnostics())
+    }
+
+    /// Creates the LoadBalancer Service `default/hello` and waits until it has its load
+    /// balancer; returns the ingress host name (AWS) or address (OpenStack).
+    pub async fn hello(&mut self) -> Result<String> {
+        use k8s_openapi::api::core::v1::Service;
+        let services: Api<Service> = Api::namespaced(self.cluster.cluster.client().await?, "default");
+        services
+            .create(
+                &kube::api::PostParams::default(),
+                &crate::k8s::load_balancer_service("hello", &[], &[(80, "http")]),
+            )
+            .await?;
+        let served = wait_for(
+            "Service hello's load balancer",
+            Duration::from_secs(180),
+            || async {
+                let s = services.get("hello").await.ok()?;
+                crate::k8s::ingress_hostname(&s).or_else(|| crate::k8s::ingress_ip(&s))
+            },
+        )
+        .await;
+        served.with_context(|| self.diagnostics())
     }
 
     /// The CCM Pod that says in its log (read with `kubectl logs`) that it leads.

@@ -87,6 +87,16 @@ impl Moto {
         &self.endpoint
     }
 
+    /// The port it listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.endpoint
+            .trim_end_matches('/')
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_default()
+    }
+
     /// The moto log so far (one line per request).
     pub fn log(&self) -> String {
         self.process.log()

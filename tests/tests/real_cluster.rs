@@ -21,7 +21,7 @@ use kube::{
     api::{DeleteParams, PostParams},
 };
 use rcp_e2e::{
-    k8s::{ingress_hostname, ingress_ip, load_balancer_service, wait_for},
+    k8s::wait_for,
     local_up::{Cloud, LocalUp, STEP},
 };
 
@@ -100,23 +100,8 @@ async fn scenario(
     }
 
     // A LoadBalancer Service gets its load balancer; deleting it removes it and the finalizer.
+    up.hello().await?;
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    services
-        .create(
-            &PostParams::default(),
-            &load_balancer_service("hello", &[], &[(80, "http")]),
-        )
-        .await?;
-    let served = wait_for(
-        "Service hello's load balancer",
-        Duration::from_secs(180),
-        || async {
-            let s = services.get("hello").await.ok()?;
-            ingress_hostname(&s).or_else(|| ingress_ip(&s))
-        },
-    )
-    .await;
-    served.with_context(|| up.diagnostics())?;
     println!(
         "$ kubectl get service hello\n{}",
         up.cluster.cluster.kubectl(&["get", "service", "hello"])?
@@ -283,15 +268,8 @@ async fn the_kubelet_pulls_from_ecr_with_the_credentials_of_ecr_credential_provi
     const HOST: &str = "123456789012.dkr.ecr.us-east-1.amazonaws.com";
     let moto = Moto::start().await?;
     let world = moto.build_world("ecr-pull", 1).await?;
-    let moto_port: u16 = moto
-        .endpoint()
-        .trim_end_matches('/')
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .context("moto's port")?;
     let mut registry = Registry::start(HOST, "AWS", "123456789012-auth-token").await?;
-    let mut cluster = RealCluster::start(vec![], &[moto_port]).await?;
+    let mut cluster = RealCluster::start(vec![], &[moto.port()]).await?;
     registry
         .push_oci_archive(
             cluster.pause_archive(),

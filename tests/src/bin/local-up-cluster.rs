@@ -9,15 +9,10 @@
 //! `type: LoadBalancer` Service `hello` gets its load balancer. Prints what a user would look at,
 //! then keeps running until Ctrl-C and cleans up. See `rcp_e2e::local_up`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Result;
-use k8s_openapi::api::core::v1::Service;
-use kube::{Api, api::PostParams};
-use rcp_e2e::{
-    k8s::{ingress_hostname, ingress_ip, load_balancer_service, wait_for},
-    local_up::{Cloud, LocalUp},
-};
+use rcp_e2e::local_up::{Cloud, LocalUp};
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -86,28 +81,10 @@ async fn main() -> Result<()> {
         kubectl(&["-n", "kube-system", "get", "pods", "-o", "wide"])?
     );
 
-    let services: Api<Service> = Api::namespaced(up.cluster.cluster.client().await?, "default");
-    services
-        .create(
-            &PostParams::default(),
-            &load_balancer_service("hello", &[], &[(80, "http")]),
-        )
-        .await?;
     println!(
-        "local-up-cluster: created the LoadBalancer Service default/hello; waiting for its load balancer …"
+        "local-up-cluster: creating the LoadBalancer Service default/hello; waiting for its load balancer …"
     );
-    let served = wait_for(
-        "Service hello's load balancer",
-        Duration::from_secs(180),
-        || async {
-            let s = services.get("hello").await.ok()?;
-            ingress_hostname(&s).or_else(|| ingress_ip(&s))
-        },
-    )
-    .await;
-    if let Err(e) = served {
-        anyhow::bail!("{e}\n{}", up.diagnostics());
-    }
+    up.hello().await?;
     println!(
         "\n$ kubectl get service hello\n{}",
         up.cluster.cluster.kubectl(&["get", "service", "hello"])?
