@@ -87,8 +87,10 @@ LOCAL_UP_EXIT_AFTER_START=1 hack/local-up-cluster.sh --provider openstack > "${T
   cat "${TMPDIR:-/tmp}/local-up-cluster-openstack.log"; echo "[test.sh] hack/local-up-cluster.sh --provider openstack failed" >&2; exit 1; }
 grep -q 'openstack:///' "${TMPDIR:-/tmp}/local-up-cluster-openstack.log" || {
   cat "${TMPDIR:-/tmp}/local-up-cluster-openstack.log"; echo "[test.sh] local-up-cluster --provider openstack printed no initialised node" >&2; exit 1; }
-grep -q 'hello *LoadBalancer .*172\.24\.4\.' "${TMPDIR:-/tmp}/local-up-cluster-openstack.log" || {
+grep -q 'hello *LoadBalancer .*172\.24\.77\.' "${TMPDIR:-/tmp}/local-up-cluster-openstack.log" || {
   cat "${TMPDIR:-/tmp}/local-up-cluster-openstack.log"; echo "[test.sh] local-up-cluster --provider openstack printed no floating IP for default/hello" >&2; exit 1; }
+grep -Eq 'cloud-controller-manager-[a-z0-9]+ +1/1 +Running' "${TMPDIR:-/tmp}/local-up-cluster-openstack.log" || {
+  cat "${TMPDIR:-/tmp}/local-up-cluster-openstack.log"; echo "[test.sh] local-up-cluster --provider openstack printed no Ready CCM Pod" >&2; exit 1; }
 
 phase "done"
 echo "[test.sh] all checks passed in $(( $(date +%s) - START )) s ($ROOT)"
