@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A cold CI run, timed: HEAD cloned into a fresh directory and `.ci/run` run there with an empty
-# project cache (test servers installed and everything built from nothing; Debian packages
-# already installed, as on a CI machine with its image). The advisory database beside this
+# project cache, Go build cache and cargo home (test servers installed, crates downloaded and
+# everything built from nothing; Debian packages and the Rust toolchains already installed, as on
+# a CI machine with its image). The advisory database beside this
 # checkout (../shared/advisory-db) is used as CI uses it. Prints the total time, the exit status
 # and each step of hack/test.sh with its time; the run's log is kept in the printed directory
 # with --keep (deleted otherwise, ~20 GiB).
@@ -31,7 +32,11 @@ git -C "$work/main" checkout --quiet "$commit"
 [[ -d ../shared ]] && ln -s "$(cd ../shared && pwd)" "$work/shared"
 start=$(date +%s)
 rc=0
-(cd "$work/main" && env -u CARGO_TARGET_DIR RCP_CACHE_DIR="$work/cache" CI=true .ci/run) >"$work/log" 2>&1 || rc=$?
+# Empty caches outside the project's too, as on a fresh machine: Go's build cache (the Kubernetes
+# and vcsim builds would otherwise reuse this machine's) and cargo's home (crates downloaded).
+mkdir -p "$work/go-build" "$work/cargo-home"
+(cd "$work/main" && env -u CARGO_TARGET_DIR RCP_CACHE_DIR="$work/cache" GOCACHE="$work/go-build" \
+  CARGO_HOME="$work/cargo-home" CI=true .ci/run) >"$work/log" 2>&1 || rc=$?
 took=$(($(date +%s) - start))
 tests=$(grep -o '[0-9]* tests run: [0-9]* passed[^,]*' "$work/log" | tail -1 || true)
 echo "cold CI at $commit: ${took} s ($((took / 60)) min $((took % 60)) s), exit $rc; ${tests:-no test summary}"
