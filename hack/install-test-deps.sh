@@ -2,24 +2,29 @@
 # Installs every real server the tests need, idempotently, into a cache outside the repository:
 #
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/rust-cloud-provider/
-#     kube-apiserver-v1.20.2/kube-apiserver   built from Debian's `kubernetes` source package
-#     kube-node-v1.20.2/{kubelet,kube-controller-manager,kube-scheduler,pause}   the same tree
+#     kubernetes-v1.37.2/{kube-apiserver,kubelet,kube-controller-manager,kube-scheduler,kubectl,etcd,pause}
+#                                             built from Go modules (hack/kube/go.mod, go.sum)
+#     kubernetes-v1.34.4/{kube-apiserver,kubelet,kube-controller-manager,kube-scheduler}
+#                                             the window's oldest minor (hack/kube-oldest/go.mod)
+#     aws-cloud-controller-manager-v1.37.1/   k8s.io/cloud-provider-aws from Go modules (hack/aws-ccm)
+#     go/{mod,build}/                         Go's module and build caches for those builds
 #     moto-5.2.5/venv/                        moto[server] from PyPI in a venv
-#     vcsim-0.24.2/{vcsim,govc}               built from Debian's govmomi sources
+#     vcsim-0.24.2/{vcsim,govc}               built from Debian's govmomi sources (Debian's Go 1.19)
 #     docker-registry-2.8.2+ds1-1/            Debian's docker-registry, unpacked (never installed)
 #     cargo-deny-0.20.2/bin/cargo-deny        cargo install --locked
 #     cargo-nextest-0.9.143/bin/cargo-nextest  cargo install --locked (only when none is installed)
 #     cargo-http-registry-0.1.8/bin/…         cargo install --locked (the test registry)
 #     cargo-semver-checks-0.51.0/bin/…        cargo install --locked (hack/semver-checks.sh)
 #     (system)                                Debian's OpenStack Zed packages (hack/openstack.sh install)
-#     bin/                                    symlinks to all of the above + etcd + kubectl
+#     bin/                                    symlinks to all of the above
+#     bin-oldest/                             the same, with the oldest minor's four Kubernetes binaries
 #
 # Each step prints a progress line, skips itself when its result is already cached (keyed by
 # version), and on failure says which step failed and where its log is.
 #
 # Environment:
 #   RCP_CACHE_DIR   override the cache directory
-#   RCP_SKIP        space-separated steps to skip (apt kube-apiserver kube-node moto vcsim docker-registry cargo-deny
+#   RCP_SKIP        space-separated steps to skip (apt kubernetes kubernetes-oldest aws-ccm moto vcsim docker-registry cargo-deny
 #                   cargo-nextest cargo-http-registry cargo-semver-checks openstack)
 set -euo pipefail
 
@@ -27,7 +32,14 @@ PROJECT=rust-cloud-provider
 CACHE="${RCP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/$PROJECT}"
 BIN="$CACHE/bin"
 LOGS="$CACHE/logs"
-KUBE_VERSION=v1.20.2
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# The one place the Kubernetes version is pinned: hack/kube/go.mod.
+KUBE_MODULE_DIR="$ROOT/hack/kube"
+KUBE_VERSION=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print $2; exit }' "$KUBE_MODULE_DIR/go.mod")
+KUBE_DIR="$CACHE/kubernetes-$KUBE_VERSION"
+KUBE_FULL_CMDS=(kube-apiserver kubelet kube-controller-manager kube-scheduler kubectl etcd)
+# Debian's Go, for the 1.19-era govmomi sources of vcsim (a current Go refuses their GOPATH build).
+DEBIAN_GO=/usr/lib/go-1.19/bin/go
 MOTO_VERSION=5.2.5
 BOTO3_VERSION=1.44.5
 GOVMOMI_VERSION=0.24.2
@@ -107,17 +119,16 @@ EOF
 }
 
 # ---------------------------------------------------------------------------------------------
-# 1. Debian packages: etcd, Go, rsync, govmomi libraries; kubectl only when none is installed.
+# 1. Debian packages: Debian's Go 1.19 and the govmomi libraries (vcsim), tools, the container
+#    runtime. (etcd and kubectl come with Kubernetes, step 2.)
 if ! skipped apt; then
   pkgs=()
-  have etcd || pkgs+=(etcd-server)
-  have go || pkgs+=(golang-go)
+  [[ -x $DEBIAN_GO ]] || pkgs+=(golang-go)
   have rsync || pkgs+=(rsync)
   have xz || pkgs+=(xz-utils)
   have openssl || pkgs+=(openssl)
   [[ -d /usr/share/gocode/src/github.com/vmware/govmomi ]] || pkgs+=(golang-github-vmware-govmomi-dev)
   [[ -d /usr/share/gocode/src/github.com/kr/pretty ]] || pkgs+=(golang-github-kr-pretty-dev)
-  have kubectl || pkgs+=(kubernetes-client)
   have jq || pkgs+=(jq)
   have umoci || pkgs+=(umoci)
   # The real-node cluster: a container runtime, its OCI runtime, Pod networking (bridge,
@@ -138,10 +149,10 @@ if ! skipped apt; then
       run_logged apt "$LOGS/apt.log" $SUDO apt-get install -y --no-install-recommends "${pkgs[@]}"
     fi
   else
-    step apt "cached (etcd, go, rsync, govmomi sources, kubectl, jq, umoci, containerd, runc, CNI plugins, gcc present)"
+    step apt "cached (Debian's Go, rsync, govmomi sources, jq, umoci, containerd, runc, CNI plugins, gcc present)"
   fi
 fi
-for tool in etcd kubectl jq umoci containerd runc; do
+for tool in jq umoci containerd runc; do
   target=$(sys_which "$tool" || true)
   if [[ -z "$target" || ! -x "$target" ]]; then
     step apt "FAILED: no executable \`$tool\` on PATH after installing packages (see $LOGS/apt.log)"
@@ -151,78 +162,111 @@ for tool in etcd kubectl jq umoci containerd runc; do
 done
 
 # ---------------------------------------------------------------------------------------------
-# 2. Kubernetes v1.20.2 from Debian's kubernetes source package: kube-apiserver (every test), and
-#    for the real-node cluster (hack/local-up-cluster.sh, tests/tests/real_cluster.rs) kubelet,
-#    kube-controller-manager, kube-scheduler and the Pod sandbox ("pause") program. Whatever is
-#    missing is built in one `make` from one unpacked tree (the binaries share most packages),
-#    which is then deleted; the source tarball and Go's build cache stay.
-KA_DIR="$CACHE/kube-apiserver-$KUBE_VERSION"
-KN_DIR="$CACHE/kube-node-$KUBE_VERSION"
-KUBE_CMDS=()
-if ! skipped kube-apiserver; then
-  if [[ -x "$KA_DIR/kube-apiserver" ]] && "$KA_DIR/kube-apiserver" --version 2>/dev/null | grep -q "$KUBE_VERSION"; then
-    step kube-apiserver "cached: $("$KA_DIR/kube-apiserver" --version)"
+# build_kubernetes MODULE_DIR OUT_DIR full|control: builds the Kubernetes commands of the Go module
+# in MODULE_DIR (which requires k8s.io/kubernetes, see hack/kube/go.mod) into OUT_DIR, unless the
+# binaries there were built from the same go.mod and go.sum. "full" builds KUBE_FULL_CMDS and the
+# pause program; "control" the API server, kubelet, controller-manager and scheduler only.
+modern_go() {
+  local want g have_v
+  want=$(awk '$1 == "go" { print $2; exit }' "$1/go.mod")
+  for g in /usr/local/go/bin/go "$(sys_which go || true)"; do
+    [[ -x $g ]] || continue
+    have_v=$(GOTOOLCHAIN=local "$g" env GOVERSION 2>/dev/null | sed 's/^go//')
+    if [[ -n $have_v && $(printf '%s\n%s\n' "$want" "$have_v" | sort -V | head -1) == "$want" ]]; then
+      echo "$g"; return 0
+    fi
+  done
+  step kubernetes "FAILED: building Kubernetes needs Go >= $want (looked at /usr/local/go/bin/go and go on PATH)"
+  exit 1
+}
+build_kubernetes() {
+  local mod=$1 out=$2 what=$3 version stamp go cmds pkgs c
+  version=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print $2; exit }' "$mod/go.mod")
+  stamp=$(cat "$mod/go.mod" "$mod/go.sum" "$mod"/*/main.go 2>/dev/null | sha256sum | cut -c1-16)
+  if [[ $what == full ]]; then cmds=("${KUBE_FULL_CMDS[@]}"); else cmds=(kube-apiserver kubelet kube-controller-manager kube-scheduler); fi
+  if [[ $(cat "$out/.stamp" 2>/dev/null) == "$stamp" ]]; then
+    step kubernetes "cached: ${cmds[*]} $version ($out)"
+    return 0
+  fi
+  go=$(modern_go "$mod")
+  step kubernetes "building ${cmds[*]} $version from Go modules with $($go env GOVERSION) (~20 min on 2 cores when cold)"
+  mkdir -p "$out" "$KUBE_GO_CACHE/mod" "$KUBE_GO_CACHE/build"
+  pkgs=()
+  for c in "${cmds[@]}"; do
+    if [[ $c == etcd ]]; then pkgs+=(./etcd); else pkgs+=("k8s.io/kubernetes/cmd/$c"); fi
+  done
+  local major=${version#v}; major=${major%%.*}
+  local minor=${version#v*.}; minor=${minor%%.*}
+  local ldflags="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $p.gitVersion=$version -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+  done
+  rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+  (cd "$mod" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -modcacherw -buildvcs=false" \
+    GOMODCACHE="$KUBE_GO_CACHE/mod" GOCACHE="${GOCACHE:-$KUBE_GO_CACHE/build}" \
+    run_logged kubernetes "$LOGS/kubernetes.log" "$go" build -trimpath -ldflags "$ldflags" -o "$out.tmp/" "${pkgs[@]}")
+  if [[ $what == full ]]; then
+    # The sandbox every Pod starts with (what the registry.k8s.io/pause image holds), static.
+    local src
+    src=$(cd "$mod" && GOFLAGS=-mod=readonly GOMODCACHE="$KUBE_GO_CACHE/mod" "$go" list -m -f '{{.Dir}}' k8s.io/kubernetes)
+    run_logged kubernetes "$LOGS/kubernetes.log" gcc -Os -static -Wall -Werror \
+      -DVERSION="\"3.10-$version\"" -o "$out.tmp/pause" "$src/build/pause/linux/pause.c"
+  fi
+  for c in "${cmds[@]}"; do
+    [[ -s "$out.tmp/$c" ]] || { step kubernetes "FAILED: the build wrote no $c (log: $LOGS/kubernetes.log)"; exit 1; }
+  done
+  echo "$stamp" > "$out.tmp/.stamp"
+  rm -rf "$out" && mv "$out.tmp" "$out"
+  step kubernetes "built: $("$out/kube-apiserver" --version) in $out"
+}
+KUBE_GO_CACHE="$CACHE/go"
+
+# ---------------------------------------------------------------------------------------------
+# 2. Kubernetes from Go modules (hack/kube/go.mod pins the one version, go.sum is committed):
+#    kube-apiserver and etcd (every test), kubectl, and for the real-node cluster
+#    (hack/local-up-cluster.sh, tests/tests/real_cluster.rs) kubelet, kube-controller-manager,
+#    kube-scheduler and the Pod sandbox ("pause") program from the module's build/pause/linux/pause.c.
+#    etcd is etcd's own server at the version Kubernetes pins (hack/kube/etcd). One `go build`
+#    for all of them (they share most packages); Go's module and build caches live in the
+#    project cache, so a cold run starts from nothing and a warm one rebuilds nothing.
+if ! skipped kubernetes; then
+  build_kubernetes "$KUBE_MODULE_DIR" "$KUBE_DIR" full
+  for cmd in "${KUBE_FULL_CMDS[@]}" pause; do ln -sfn "$KUBE_DIR/$cmd" "$BIN/$cmd"; done
+fi
+# The oldest minor of the tested window (hack/kube-oldest/go.mod): its API server, kubelet,
+# controller-manager and scheduler, in bin-oldest/ beside the newest's other test servers
+# (made at the end of this script). hack/test.sh runs the core scenarios with
+# RCP_TEST_BIN_DIR=bin-oldest.
+KUBE_OLDEST_MODULE_DIR="$ROOT/hack/kube-oldest"
+KUBE_OLDEST_VERSION=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print $2; exit }' "$KUBE_OLDEST_MODULE_DIR/go.mod")
+KUBE_OLDEST_DIR="$CACHE/kubernetes-$KUBE_OLDEST_VERSION"
+if ! skipped kubernetes-oldest; then
+  build_kubernetes "$KUBE_OLDEST_MODULE_DIR" "$KUBE_OLDEST_DIR" control
+fi
+# ---------------------------------------------------------------------------------------------
+# 2b. The newest upstream AWS cloud-controller-manager (k8s.io/cloud-provider-aws, pinned in
+#     hack/aws-ccm/go.mod), for the side-by-side tests and benchmarks.
+AWS_CCM_MODULE_DIR="$ROOT/hack/aws-ccm"
+AWS_CCM_VERSION=$(awk '$1 == "k8s.io/cloud-provider-aws" && $2 ~ /^v/ { print $2; exit }' "$AWS_CCM_MODULE_DIR/go.mod")
+AWS_CCM_DIR="$CACHE/aws-cloud-controller-manager-$AWS_CCM_VERSION"
+if ! skipped aws-ccm; then
+  stamp=$(cat "$AWS_CCM_MODULE_DIR/go.mod" "$AWS_CCM_MODULE_DIR/go.sum" | sha256sum | cut -c1-16)
+  if [[ $(cat "$AWS_CCM_DIR/.stamp" 2>/dev/null) == "$stamp" && -x "$AWS_CCM_DIR/aws-cloud-controller-manager" ]]; then
+    step aws-ccm "cached: aws-cloud-controller-manager $AWS_CCM_VERSION"
   else
-    KUBE_CMDS+=(kube-apiserver)
+    go=$(modern_go "$AWS_CCM_MODULE_DIR")
+    step aws-ccm "building aws-cloud-controller-manager $AWS_CCM_VERSION from k8s.io/cloud-provider-aws (~3 min after Kubernetes)"
+    rm -rf "$AWS_CCM_DIR.tmp" && mkdir -p "$AWS_CCM_DIR.tmp" "$KUBE_GO_CACHE/mod" "$KUBE_GO_CACHE/build"
+    (cd "$AWS_CCM_MODULE_DIR" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -modcacherw -buildvcs=false" \
+      GOMODCACHE="$KUBE_GO_CACHE/mod" GOCACHE="${GOCACHE:-$KUBE_GO_CACHE/build}" \
+      run_logged aws-ccm "$LOGS/aws-ccm.log" "$go" build -trimpath \
+        -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$AWS_CCM_VERSION" \
+        -o "$AWS_CCM_DIR.tmp/aws-cloud-controller-manager" k8s.io/cloud-provider-aws/cmd/aws-cloud-controller-manager)
+    echo "$stamp" > "$AWS_CCM_DIR.tmp/.stamp"
+    rm -rf "$AWS_CCM_DIR" && mv "$AWS_CCM_DIR.tmp" "$AWS_CCM_DIR"
+    step aws-ccm "built: aws-cloud-controller-manager $AWS_CCM_VERSION"
   fi
-fi
-if ! skipped kube-node; then
-  missing=0
-  for cmd in kubelet kube-controller-manager kube-scheduler; do
-    "$KN_DIR/$cmd" --version 2>/dev/null | grep -q "$KUBE_VERSION" || { KUBE_CMDS+=("$cmd"); missing=1; }
-  done
-  [[ -x "$KN_DIR/pause" ]] || { KUBE_CMDS+=(pause); missing=1; }
-  ((missing)) || step kube-node "cached: kubelet, kube-controller-manager, kube-scheduler, pause ($KUBE_VERSION)"
-fi
-if ((${#KUBE_CMDS[@]})); then
-  step kubernetes "building ${KUBE_CMDS[*]} $KUBE_VERSION from Debian's kubernetes source package (~8 min for kube-apiserver, ~6 more for the node binaries)"
-  prepare_apt_src
-  W="$CACHE/build/kubernetes"
-  mkdir -p "$W" "$KA_DIR" "$KN_DIR"
-  if ! ls "$W"/kubernetes_*.orig.tar.gz >/dev/null 2>&1; then
-    # shellcheck disable=SC2046
-    (cd "$W" && run_logged kubernetes "$LOGS/kubernetes.log" apt-get $(apt_src_opts) source --download-only kubernetes)
-  fi
-  if [[ ! -d "$W/kubernetes-1.20.2" ]]; then
-    run_logged kubernetes "$LOGS/kubernetes.log" tar xzf "$(ls "$W"/kubernetes_*.orig.tar.gz | head -1)" -C "$W"
-  fi
-  src=$(ls -d "$W"/kubernetes-1.20*/ | head -1)
-  whats=()
-  for cmd in "${KUBE_CMDS[@]}"; do
-    [[ $cmd == pause ]] && continue
-    # A half-failed earlier build leaves an empty binary behind that make would consider done.
-    find "$src/_output" -type f -name "$cmd" -size 0 -delete 2>/dev/null || true
-    whats+=("cmd/$cmd")
-  done
-  if ((${#whats[@]})); then
-    mkdir -p "$src/.go/src/k8s.io"
-    ln -sfn ../../.. "$src/.go/src/k8s.io/kubernetes"
-    (cd "$src" && GOPATH="$src/.go" GOFLAGS=-mod=vendor CGO_ENABLED=0 GOTOOLCHAIN=local \
-      KUBE_GIT_VERSION=$KUBE_VERSION KUBE_GIT_TREE_STATE=clean \
-      run_logged kubernetes "$LOGS/kubernetes.log" make WHAT="${whats[*]}")
-  fi
-  for cmd in "${KUBE_CMDS[@]}"; do
-    dir=$KN_DIR; [[ $cmd == kube-apiserver ]] && dir=$KA_DIR
-    if [[ $cmd == pause ]]; then
-      # The sandbox every Pod starts with (what the registry.k8s.io/pause image holds), static.
-      run_logged kubernetes "$LOGS/kubernetes.log" gcc -Os -static -Wall -Werror \
-        -DVERSION="\"3.4.1-$KUBE_VERSION\"" -o "$dir/pause.tmp" "$src/build/pause/linux/pause.c"
-      mv "$dir/pause.tmp" "$dir/pause"
-      continue
-    fi
-    built=$(find "$src/_output" -type f -name "$cmd" -size +1M | head -1)
-    if [[ -z "$built" ]]; then
-      step kubernetes "FAILED: build finished but no $cmd binary in $src/_output (log: $LOGS/kubernetes.log)"
-      exit 1
-    fi
-    cp "$built" "$dir/$cmd.tmp" && mv "$dir/$cmd.tmp" "$dir/$cmd"
-  done
-  rm -rf "$W/kubernetes-1.20"*   # the unpacked tree (~1 GB with build output); the tarball stays
-  step kubernetes "built: ${KUBE_CMDS[*]}"
-fi
-skipped kube-apiserver || ln -sfn "$KA_DIR/kube-apiserver" "$BIN/kube-apiserver"
-if ! skipped kube-node; then
-  for cmd in kubelet kube-controller-manager kube-scheduler pause; do ln -sfn "$KN_DIR/$cmd" "$BIN/$cmd"; done
+  ln -sfn "$AWS_CCM_DIR/aws-cloud-controller-manager" "$BIN/aws-cloud-controller-manager"
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -269,8 +313,8 @@ if ! skipped vcsim; then
     for e in /usr/share/gocode/src/github.com/vmware/govmomi/*; do ln -s "$e" "$G/"; done
     cp -r "$W/orig/govmomi-$GOVMOMI_VERSION/vcsim" "$W/orig/govmomi-$GOVMOMI_VERSION/govc" "$G/"
     for prog in vcsim govc; do
-      (cd "$G" && GOPATH="$W/gopath:/usr/share/gocode" GO111MODULE=off CGO_ENABLED=0 GOTOOLCHAIN=local \
-        run_logged vcsim "$LOGS/vcsim.log" go build -trimpath -ldflags '-s -w' -o "$VC_DIR/$prog.tmp" "./$prog")
+      (cd "$G" && GOPATH="$W/gopath:/usr/share/gocode" GO111MODULE=off CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS= \
+        run_logged vcsim "$LOGS/vcsim.log" "$DEBIAN_GO" build -trimpath -ldflags '-s -w' -o "$VC_DIR/$prog.tmp" "./$prog")
       mv "$VC_DIR/$prog.tmp" "$VC_DIR/$prog"
     done
     rm -rf "$W/gopath" "$W/orig"
@@ -379,7 +423,15 @@ if ! skipped openstack; then
   fi
 fi
 
+if ! skipped kubernetes-oldest; then
+  rm -rf "$CACHE/bin-oldest" && mkdir -p "$CACHE/bin-oldest"
+  for link in "$BIN"/*; do ln -sfn "$(readlink -f "$link")" "$CACHE/bin-oldest/$(basename "$link")"; done
+  for cmd in kube-apiserver kubelet kube-controller-manager kube-scheduler; do
+    ln -sfn "$KUBE_OLDEST_DIR/$cmd" "$CACHE/bin-oldest/$cmd"
+  done
+  step kubernetes "the window's oldest: $("$KUBE_OLDEST_DIR/kube-apiserver" --version) in $CACHE/bin-oldest"
+fi
 step done "in $(($(date +%s) - START)) s; binaries in $BIN:"
-for b in etcd kube-apiserver kubelet kube-controller-manager kube-scheduler pause kubectl moto_server vcsim govc docker-registry cargo-deny cargo-nextest cargo-http-registry cargo-semver-checks; do
+for b in etcd kube-apiserver kubelet kube-controller-manager kube-scheduler pause kubectl aws-cloud-controller-manager moto_server vcsim govc docker-registry cargo-deny cargo-nextest cargo-http-registry cargo-semver-checks; do
   if [[ -e "$BIN/$b" ]]; then printf '    %-15s -> %s\n' "$b" "$(readlink -f "$BIN/$b")"; fi
 done

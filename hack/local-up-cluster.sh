@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's main job: a local Kubernetes v1.20.2 cluster with real nodes, and the CCM running
+# The project's main job: a local Kubernetes cluster (the version hack/kube/go.mod pins) with real nodes, and the CCM running
 # the way users run it. etcd, kube-apiserver, kube-controller-manager and kube-scheduler on
 # 127.0.0.1; two kubelets with containerd, each in network and mount namespaces of its own that
 # hold its cloud machine's address; an emulated AWS (moto: a cluster VPC and three instances).
@@ -10,11 +10,13 @@
 # it started (nothing of the host is changed). Needs root (kubelet, namespaces, cgroups).
 # Set LOCAL_UP_EXIT_AFTER_START=1 to stop right after printing (used by CI).
 #
-#   hack/local-up-cluster.sh [--provider aws|openstack]
+#   hack/local-up-cluster.sh [--provider aws|openstack|vsphere]
 #
 # --provider openstack runs the same on the real OpenStack of hack/openstack.sh (started if
 # needed, left running: `hack/openstack.sh stop` stops it) with three nova servers and
 # deploy/openstack/overlays/local (an Octavia load balancer with a floating IP for `hello`).
+# --provider vsphere runs it on vcsim (three VMs, zone and region tags) with
+# deploy/vsphere/overlays/local (no load balancer: vSphere's CCM serves none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ $(id -u) -ne 0 ]]; then
@@ -22,6 +24,7 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 1
 fi
 hack/install-test-deps.sh | grep -v 'cached' || true
-cargo build --quiet --locked --bin cloud-controller-manager-aws --bin cloud-controller-manager-openstack --bin local-up-cluster
+cargo build --quiet --locked --bin cloud-controller-manager-aws --bin cloud-controller-manager-openstack \
+  --bin cloud-controller-manager-vsphere --bin local-up-cluster
 TARGET_DIR=$(cargo metadata --no-deps --format-version 1 --offline | jq -r .target_directory)
 exec "$TARGET_DIR/debug/local-up-cluster" "$@"

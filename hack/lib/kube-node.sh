@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One Kubernetes node of the real-node cluster (hack/local-up-cluster.sh, tests/src/kube_node.rs):
-# containerd and kubelet v1.20.2 in a network and a mount namespace of their own, so that two
+# containerd and kubelet in a network and a mount namespace of their own, so that two
 # nodes run side by side on one machine like two machines, and nothing of the host is changed or
 # left behind.
 #
@@ -16,13 +16,13 @@
 #
 # DIR holds what the caller prepared: kubelet.kubeconfig, kubelet.yaml (a KubeletConfiguration),
 # kubelet.args (one kubelet flag per line), cni-template.json (containerd renders the node's CNI
-# configuration from it once kubelet knows the Node's Pod CIDR), node-ip, optionally hosts (the
+# configuration from it once kubelet knows the Node's Pod CIDR), node-ip, optionally extra-ips, hosts (the
 # node's /etc/hosts) and registry-cas (lines "HOST CA-FILE"), and images.list (lines "ARCHIVE NAME": OCI
 # archives imported into containerd, tagged NAME:<their tag>, before kubelet starts). This script
 # writes containerd.toml and the node's state (containerd/, kubelet/, log/, run/, lib/, cni/) into
 # DIR, and logs to DIR/containerd.log and DIR/kubelet.log.
 #
-# In the node's mount namespace, private directories cover the fixed host paths kubelet 1.20 and
+# In the node's mount namespace, private directories cover the fixed host paths the kubelet and
 # containerd use (/run, /var/log, /var/lib/kubelet via /var/lib, /usr/libexec/kubernetes), and the
 # three kernel settings kubelet insists on writing (kernel.panic, kernel.panic_on_oops,
 # vm.overcommit_memory) are covered by files holding the values it wants, so the host's are never
@@ -114,6 +114,11 @@ for ((i = 0; i < 100; i++)); do ip link show eth0 >/dev/null 2>&1 && break; slee
 ip link show eth0 >/dev/null 2>&1 || { log "no eth0 was moved into the node's network namespace"; exit 1; }
 ip link set lo up
 ip addr add "$NODE_IP/32" dev eth0
+# Addresses of the node that the cloud does not know (DIR/extra-ips, one a line; tests of a
+# kubelet --node-ip the CCM must refuse).
+while read -r extra; do
+  [[ -n $extra ]] && ip addr add "$extra/32" dev eth0
+done < <(cat "$DIR/extra-ips" 2>/dev/null || true)
 ip link set eth0 up
 ip route add 169.254.123.1/32 dev eth0 src "$NODE_IP"
 
@@ -165,7 +170,7 @@ log "containerd ready (pid $CONTAINERD_PID), images imported"
 
 mapfile -t kubelet_args < "$DIR/kubelet.args"
 setpriv --pdeathsig KILL -- kubelet --config="$DIR/kubelet.yaml" --kubeconfig="$DIR/kubelet.kubeconfig" \
-  --container-runtime=remote --container-runtime-endpoint="unix://$DIR/containerd.sock" \
+  --container-runtime-endpoint="unix://$DIR/containerd.sock" \
   --image-service-endpoint="unix://$DIR/containerd.sock" \
   --root-dir="$DIR/kubelet" --cert-dir="$DIR/kubelet/pki" --volume-plugin-dir="$DIR/kubelet/volume-plugins" \
   --cgroup-root="/$CG" \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Pod sandbox ("pause") image of the real-node cluster, built here instead of pulled: the
-# static pause program hack/install-test-deps.sh compiles from the Kubernetes v1.20.2 tree,
+# static pause program hack/install-test-deps.sh compiles from the Kubernetes module's source,
 # packed by umoci as an OCI archive whose tag is 3.4.1 (hack/lib/kube-node.sh imports it as
 # rcp.local/pause:3.4.1, containerd's sandbox image).
 #

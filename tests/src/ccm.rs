@@ -143,6 +143,21 @@ impl CcmProcess {
             .sum()
     }
 
+    /// Waits until the service-lb controller counts `n` successful reconciles.
+    pub async fn wait_service_reconciles(&self, n: f64, timeout: Duration) -> Result<()> {
+        crate::k8s::wait_for("the service-lb reconciles", timeout, || async {
+            let done = self
+                .metric_sum(&[
+                    "controller_reconcile_total{",
+                    "controller=\"service-lb-controller\"",
+                    "result=\"success\"",
+                ])
+                .await;
+            (done >= n).then_some(())
+        })
+        .await
+    }
+
     /// The `--secure-port`.
     pub fn port(&self) -> u16 {
         self.port

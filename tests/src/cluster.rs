@@ -1,4 +1,4 @@
-//! `TestCluster`: a real etcd + kube-apiserver v1.20.2 on 127.0.0.1.
+//! `TestCluster`: a real etcd + kube-apiserver (the version hack/kube/go.mod pins) on 127.0.0.1.
 
 use std::{
     path::{Path, PathBuf},
@@ -56,14 +56,10 @@ impl TestCluster {
         Self::start_with(&[]).await
     }
 
-    /// A dual-stack cluster (kube-apiserver 1.20's alpha `IPv6DualStack` gate, Service IPs from
-    /// `10.0.0.0/20` and `fd00:10::/108`): Services may ask for `ipFamilies: [IPv6]`.
+    /// A dual-stack cluster (Service IPs from `10.0.0.0/20` and `fd00:10::/108`): Services may
+    /// ask for `ipFamilies: [IPv6]`.
     pub async fn start_dual_stack() -> Result<Self> {
-        Self::start_with(&[
-            "--feature-gates=IPv6DualStack=true",
-            "--service-cluster-ip-range=10.0.0.0/20,fd00:10::/108",
-        ])
-        .await
+        Self::start_with(&["--service-cluster-ip-range=10.0.0.0/20,fd00:10::/108"]).await
     }
 
     /// Like [`Self::start`], with extra kube-apiserver flags (a flag given again replaces ours).
@@ -131,13 +127,18 @@ impl TestCluster {
             format!("{admin_token},admin,admin,\"system:masters\"\n"),
         )?;
 
+        // Every write is audited (`audit.log`, JSON lines; see [`TestCluster::audit_writes`]):
+        // with the request body for the objects the CCM writes, so tests can count its writes
+        // and tell which fields it sent.
+        std::fs::write(d.join("audit-policy.yaml"), AUDIT_POLICY)?;
         let secure_port = free_port();
         let apiserver_args: Vec<String> = vec![
+            format!("--audit-policy-file={}", d.join("audit-policy.yaml").display()),
+            format!("--audit-log-path={}", d.join("audit.log").display()),
             format!("--etcd-servers={client_url}"),
             "--bind-address=127.0.0.1".into(),
             "--advertise-address=127.0.0.1".into(),
             format!("--secure-port={secure_port}"),
-            "--insecure-port=0".into(),
             format!("--cert-dir={}", d.join("certs").display()),
             format!("--token-auth-file={}", d.join("tokens.csv").display()),
             format!("--service-account-key-file={}", sa_pub.display()),
@@ -277,6 +278,18 @@ impl TestCluster {
             .error_for_status()
             .context("compacting etcd")?;
         Ok(revision)
+    }
+
+    /// The writes the API server has audited so far (`create`, `update`, `patch`, `delete`;
+    /// one JSON audit event each, stage `ResponseComplete`), oldest first. Those to Nodes,
+    /// Services and Leases (with their subresources) carry `requestObject`, the body as sent.
+    pub fn audit_writes(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.path().join("audit.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["stage"] == "ResponseComplete")
+            .collect()
     }
 
     /// The API server URL (`https://127.0.0.1:<port>`).
@@ -570,3 +583,21 @@ fn run_quiet(cmd: &mut Command) -> Result<()> {
     }
     Ok(())
 }
+
+/// What the test API server audits: every write, with the request body for the objects the
+/// CCM writes (Nodes, Services, Leases and their `status`), the metadata alone for the rest.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted, Panic]
+rules:
+- level: Request
+  verbs: [create, update, patch, delete]
+  resources:
+  - group: \"\"
+    resources: [nodes, nodes/status, services, services/status]
+  - group: coordination.k8s.io
+    resources: [leases]
+- level: Metadata
+  verbs: [create, update, patch, delete]
+- level: None
+";

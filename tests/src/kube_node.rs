@@ -1,5 +1,5 @@
 //! A real-node cluster: etcd, kube-apiserver, kube-controller-manager and kube-scheduler
-//! v1.20.2, and nodes that are a real kubelet with containerd and runc each
+//! (the version hack/kube/go.mod pins), and nodes that are a real kubelet with containerd and runc each
 //! (`hack/lib/kube-node.sh`), all on 127.0.0.1 or in namespaces made here.
 //!
 //! - Identities: kubelets, kube-controller-manager and kube-scheduler use client certificates of
@@ -58,8 +58,11 @@ pub struct NodeOptions {
     pub ip: String,
     /// `--provider-id`, when the cloud cannot find the machine by name.
     pub provider_id: Option<String>,
-    /// Labels the Node gets once registered (kubelet 1.20 may not set `node-role.…` itself).
+    /// Labels the Node gets once registered (a kubelet may not set `node-role.…` on itself).
     pub labels: Vec<(String, String)>,
+    /// More addresses of the node's interface, which the cloud does not know (a kubelet's
+    /// `--node-ip` must be one of the node's own addresses).
+    pub extra_ips: Vec<String>,
     /// More kubelet flags.
     pub kubelet_args: Vec<String>,
     /// Host names the node resolves to addresses of its own choosing (`/etc/hosts` entries).
@@ -166,11 +169,9 @@ impl RealCluster {
                 format!("--authorization-kubeconfig={}", kcm_kubeconfig.display()),
                 "--bind-address=127.0.0.1".into(),
                 format!("--secure-port={}", free_port()),
-                "--port=0".into(),
                 "--leader-elect=false".into(),
+                // Current releases run no cloud loop of their own (they are the CCM's).
                 "--cloud-provider=external".into(),
-                // The cloud loops are the CCM's.
-                "--controllers=*,-service,-route,-cloud-node-lifecycle".into(),
                 "--use-service-account-credentials=true".into(),
                 format!(
                     "--service-account-private-key-file={}",
@@ -198,7 +199,6 @@ impl RealCluster {
                 format!("--authorization-kubeconfig={}", scheduler_kubeconfig.display()),
                 "--bind-address=127.0.0.1".into(),
                 format!("--secure-port={}", free_port()),
-                "--port=0".into(),
                 "--leader-elect=false".into(),
                 "--v=1".into(),
             ],
@@ -272,6 +272,9 @@ impl RealCluster {
             "apiVersion: kubelet.config.k8s.io/v1beta1\n\
              kind: KubeletConfiguration\n\
              cgroupDriver: cgroupfs\n\
+             # This kind of machine has cgroup v1 hierarchies only (kubelet >= 1.35 refuses them\n\
+             # unless told otherwise).\n\
+             failCgroupV1: false\n\
              failSwapOn: false\n\
              makeIPTablesUtilChains: false\n\
              readOnlyPort: 0\n\
@@ -310,6 +313,7 @@ impl RealCluster {
         std::fs::write(dir.join("registry-cas"), cas)?;
         std::fs::write(dir.join("kubelet.args"), args.join("\n") + "\n")?;
         std::fs::write(dir.join("node-ip"), &options.ip)?;
+        std::fs::write(dir.join("extra-ips"), options.extra_ips.join("\n"))?;
         std::fs::write(
             dir.join("cni-template.json"),
             format!(

@@ -1,7 +1,7 @@
 //! The end-to-end test harness: real servers on 127.0.0.1, started per test and stopped when
 //! their handles drop (also when a test panics; their logs are printed then).
 //!
-//! - [`TestCluster`]: etcd + kube-apiserver v1.20.2 (RBAC on), an admin kubeconfig, kubeconfigs
+//! - [`TestCluster`]: etcd + kube-apiserver (hack/kube/go.mod's version, RBAC on), an admin kubeconfig, kubeconfigs
 //!   for other users (impersonation) and service accounts (TokenRequest).
 //! - [`Moto`]: moto's AWS emulator, with [`moto::World`] to build a cluster-tagged VPC.
 //! - [`Vcsim`]: govmomi's vCenter simulator.

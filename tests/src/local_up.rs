@@ -21,6 +21,7 @@ use crate::{
     moto::World,
     openstack::{Network, OpenStack, Project},
     paths,
+    vcsim::{Vcsim, small_model, vm_name},
 };
 
 /// How long the cluster may take for each step.
@@ -49,6 +50,11 @@ pub enum Cloud {
         moto: Moto,
         /// Its VPC, subnets and instances.
         world: World,
+    },
+    /// vcsim on 127.0.0.1 as vCenter, its VMs the machines.
+    VSphere {
+        /// The simulator.
+        vcsim: Vcsim,
     },
     /// The OpenStack of `hack/openstack.sh`, a project of its own.
     OpenStack {
@@ -187,6 +193,62 @@ impl LocalUp {
         Ok(up)
     }
 
+    /// vcsim with `machines` VMs of one cluster (guest host names `node-<i>`, addresses
+    /// `10.20.0.<i+10>`; zone and region tags on the cluster and the datacenter); the cluster,
+    /// with a control-plane node on each of the first `control_plane` VMs; the vSphere CCM
+    /// DaemonSet applied, its vCenter credentials in the Secret its cloud config names.
+    pub async fn vsphere(machines: usize, control_plane: usize) -> Result<Self> {
+        let images = tempfile::Builder::new().prefix("rcp-images-").tempdir()?;
+        let image = ccm_image("vsphere", images.path())?;
+        let vcsim = Vcsim::start_with(small_model(machines))?;
+        vcsim.identify(machines)?;
+        vcsim.tag_zone_and_region()?;
+        let mut list = Vec::new();
+        for i in 0..machines {
+            let uuid = vcsim.vm_uuid(&vm_name(i))?;
+            list.push(Machine {
+                name: format!("node-{i}"),
+                ip: format!("10.20.0.{}", i + 10),
+                provider_id: format!("vsphere://{uuid}"),
+                id: vm_name(i),
+            });
+        }
+        let port: u16 = vcsim
+            .host_port()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .context("vcsim's port")?;
+        let cluster = RealCluster::start(vec![image], &[port]).await?;
+        let conf = format!(
+            "global:\n  port: {port}\n  insecureFlag: true\n  secretName: vsphere-cloud-secret\n  \
+             secretNamespace: kube-system\nvcenter:\n  sim:\n    server: 127.0.0.1\n    datacenters:\n    - DC0\n\
+             labels:\n  zone: k8s-zone\n  region: k8s-region\n"
+        );
+        let credentials = format!(
+            "127.0.0.1.username={}\n127.0.0.1.password={}\n",
+            vcsim.username(),
+            vcsim.password()
+        );
+        let mut up = Self {
+            cluster,
+            cloud: Cloud::VSphere { vcsim },
+            machines: list,
+            provider: "vsphere",
+            _images: images,
+        };
+        for i in 0..control_plane {
+            up.start_node(i, true).await?;
+        }
+        let files = [
+            ("vsphere.conf", conf),
+            ("credentials.env", credentials),
+            ("endpoints.env", up.endpoints_env("")),
+        ];
+        up.cluster.apply_local_overlay("vsphere", &files)?;
+        Ok(up)
+    }
+
     /// `endpoints.env` of the overlay: the API server on the node's 127.0.0.1, and `extra`.
     fn endpoints_env(&self, extra: &str) -> String {
         let port = self
@@ -201,6 +263,18 @@ impl LocalUp {
 
     /// Starts a node on machine `i` (a control-plane one gets the label the DaemonSet selects).
     pub async fn start_node(&mut self, i: usize, control_plane: bool) -> Result<()> {
+        self.start_node_with(i, control_plane, Vec::new(), Vec::new()).await
+    }
+
+    /// [`Self::start_node`] with more kubelet flags, and addresses of the node's own that the
+    /// cloud does not know (for a `--node-ip` the CCM must refuse).
+    pub async fn start_node_with(
+        &mut self,
+        i: usize,
+        control_plane: bool,
+        kubelet_args: Vec<String>,
+        extra_ips: Vec<String>,
+    ) -> Result<()> {
         let m = self.machines.get(i).context("no such machine")?.clone();
         self.cluster
             .start_node(NodeOptions {
@@ -211,6 +285,8 @@ impl LocalUp {
                 } else {
                     Vec::new()
                 },
+                kubelet_args,
+                extra_ips,
                 ..Default::default()
             })
             .await
@@ -368,7 +444,7 @@ impl LocalUp {
         out
     }
 
-    /// The provider (`aws`, `openstack`).
+    /// The provider (`aws`, `openstack`, `vsphere`).
     pub fn provider(&self) -> &str {
         self.provider
     }

@@ -514,6 +514,15 @@ impl World {
     }
 }
 
+/// The mutating API actions among `actions` (anything but `Describe*`, `Get*`, `List*`).
+pub fn mutating(actions: &[String]) -> Vec<String> {
+    actions
+        .iter()
+        .filter(|a| !(a.starts_with("Describe") || a.starts_with("Get") || a.starts_with("List")))
+        .cloned()
+        .collect()
+}
+
 /// What the tests need to know about one EC2 instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Instance {

@@ -100,3 +100,15 @@ pub fn workspace_binary(name: &str) -> Result<PathBuf> {
     }
     Ok(path)
 }
+
+/// The version of the installed test Kubernetes (`v1.37.2`), as `kube-apiserver --version`
+/// prints it, or `unknown` when it cannot be run.
+pub fn kubernetes_version() -> String {
+    test_bin("kube-apiserver")
+        .ok()
+        .and_then(|bin| Command::new(bin).arg("--version").output().ok())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .and_then(|v| v.rsplit(' ').next().map(str::to_string))
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}

@@ -109,6 +109,144 @@ async fn exactly_one_leader_runs_controllers_and_fails_over_on_kill_and_sigterm(
         "graceful shutdown exits 0"
     );
     assert!(b.log().contains("released leader lease"), "{}", b.log());
+
+    // Every Lease write after the create is a patch of the elector's own fields, never a whole
+    // Lease: fields of newer API servers (and other writers') are never dropped.
+    let lease_writes: Vec<_> = cluster
+        .audit_writes()
+        .into_iter()
+        .filter(|e| e["objectRef"]["resource"] == "leases" && e["objectRef"]["name"] == LEASE)
+        .collect();
+    assert!(lease_writes.iter().filter(|e| e["verb"] == "patch").count() >= 3, "renewals audited");
+    for e in &lease_writes {
+        match e["verb"].as_str() {
+            Some("create") => {}
+            Some("patch") => {
+                let body = &e["requestObject"];
+                let keys = |v: &serde_json::Value| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>());
+                assert_eq!(keys(body), Some(vec!["metadata".to_string(), "spec".to_string()]), "{body}");
+                assert_eq!(keys(&body["metadata"]), Some(vec!["resourceVersion".to_string()]), "{body}");
+                for k in keys(&body["spec"]).unwrap_or_default() {
+                    assert!(
+                        ["holderIdentity", "leaseDurationSeconds", "acquireTime", "renewTime", "leaseTransitions"]
+                            .contains(&k.as_str()),
+                        "{body}"
+                    );
+                }
+            }
+            other => panic!("a Lease write other than create or patch ({other:?}): {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// The CCM keeps working when its ServiceAccount token is rotated and the old one dies: the
+/// kubelet writes a new token into the mounted file well before the old one expires, and the
+/// client (in-cluster config or a kubeconfig's `tokenFile`, the same code) reads the file
+/// again at least once a minute. The kubelet itself rotates after 80 % of a token's life, and
+/// the API server's shortest life is 10 minutes, so the test rotates the file as the kubelet
+/// does, then revokes the old token (bound to a Secret that it deletes): the leader keeps its
+/// lease and initialises a Node registered after the revocation.
+#[tokio::test]
+async fn a_rotated_service_account_token_is_read_again_and_the_old_one_may_die() -> Result<()> {
+    use k8s_openapi::api::{
+        authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
+        core::v1::{Secret, ServiceAccount},
+    };
+    let cluster = TestCluster::start().await?;
+    let config = fake_config(&cluster, &["rotation-a", "rotation-b"])?;
+    cluster.ccm_kubeconfig("common")?; // the ServiceAccount and the shipped RBAC
+    let client = cluster.client().await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "kube-system");
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "kube-system");
+    // A token bound to a Secret of its own: deleting the Secret revokes the token at once.
+    let mint = |binding: &'static str| {
+        let (secrets, accounts) = (secrets.clone(), accounts.clone());
+        async move {
+            let secret = secrets
+                .create(
+                    &PostParams::default(),
+                    &Secret {
+                        metadata: ObjectMeta {
+                            name: Some(binding.into()),
+                            ..Default::default()
+                        },
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            let request = TokenRequest {
+                spec: TokenRequestSpec {
+                    audiences: vec!["https://kubernetes.default.svc".into()],
+                    expiration_seconds: Some(600),
+                    bound_object_ref: Some(BoundObjectReference {
+                        api_version: Some("v1".into()),
+                        kind: Some("Secret".into()),
+                        name: Some(binding.into()),
+                        uid: secret.metadata.uid,
+                    }),
+                },
+                ..Default::default()
+            };
+            let answer: TokenRequest = accounts
+                .create_subresource("token", "cloud-controller-manager", &PostParams::default(), &request)
+                .await?;
+            let token = answer.status.map(|s| s.token).unwrap_or_default();
+            rcp_e2e::secrets::register(&token);
+            anyhow::Ok(token)
+        }
+    };
+    let token_file = cluster.dir().join("rotated.token");
+    std::fs::write(&token_file, mint("token-one").await?)?;
+    let kubeconfig = cluster.dir().join("rotated.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    \
+             insecure-skip-tls-verify: true\nusers:\n- name: ccm\n  user:\n    tokenFile: {}\ncontexts:\n\
+             - name: test\n  context:\n    cluster: test\n    user: ccm\ncurrent-context: test\n",
+            cluster.server(),
+            token_file.display()
+        ),
+    )?;
+    let mut ccm = CcmProcess::start(FAKE, "ccm-rotation", &kubeconfig, cluster.dir(), &args(&config, &[]))?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes.create(&PostParams::default(), &tainted_node("rotation-a")).await?;
+    wait_for("rotation-a initialised", Duration::from_secs(60), || {
+        rcp_e2e::k8s::initialised(&nodes, "rotation-a")
+    })
+    .await?;
+
+    // Rotated as the kubelet rotates: a new token in the file, the old one still valid for a
+    // while (a minute and a bit: the client reads the file again at least once a minute).
+    let old = std::fs::read_to_string(&token_file)?;
+    std::fs::write(&token_file, mint("token-two").await?)?;
+    tokio::time::sleep(Duration::from_secs(65)).await;
+    secrets.delete("token-one", &Default::default()).await?;
+    let http = reqwest::Client::builder()
+        .tls_danger_accept_invalid_certs(true)
+        .build()?;
+    let refused = wait_for("the old token refused", Duration::from_secs(30), || async {
+        let status = http
+            .get(format!("{}/api/v1/nodes", cluster.server()))
+            .bearer_auth(old.trim())
+            .send()
+            .await
+            .ok()?
+            .status();
+        (status == reqwest::StatusCode::UNAUTHORIZED).then_some(())
+    })
+    .await;
+    refused?;
+
+    nodes.create(&PostParams::default(), &tainted_node("rotation-b")).await?;
+    wait_for("rotation-b initialised after the old token died", Duration::from_secs(60), || {
+        rcp_e2e::k8s::initialised(&nodes, "rotation-b")
+    })
+    .await?;
+    ccm.check_running()?;
+    assert!(ccm.is_leader(LEASE).await, "the CCM kept its lease:\n{}", ccm.log());
+    assert!(!ccm.log().contains("Unauthorized"), "{}", ccm.log());
     Ok(())
 }
 

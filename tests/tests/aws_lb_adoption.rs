@@ -26,7 +26,7 @@ use rcp_e2e::{
     Moto, TestCluster,
     ccm::CcmProcess,
     k8s::{ingress_hostname, load_balancer_service, set_ready, wait_for, wait_for_ingress},
-    moto::World,
+    moto::{World, mutating},
 };
 use sha1::Digest as _;
 
@@ -86,14 +86,6 @@ fn node_port(s: &Service) -> i32 {
         .unwrap_or_default()
 }
 
-/// Mutating API actions (anything but Describe*/Get*/List*).
-fn mutating(actions: &[String]) -> Vec<String> {
-    actions
-        .iter()
-        .filter(|a| !(a.starts_with("Describe") || a.starts_with("Get") || a.starts_with("List")))
-        .cloned()
-        .collect()
-}
 
 /// The Go provider's Classic ELB for `svc`: `k8s-elb-<name>` with its port and ICMP 3/4 rules,
 /// the ELB with cluster and service tags, upstream's default health check and attributes, the
@@ -472,17 +464,7 @@ async fn ensured_count(client: &kube::Client, name: &str) -> Result<i32> {
 /// Waits until the CCM's service-lb controller has finished `n` reconciles successfully: proof
 /// that the syncs being checked were made (not just that nothing happened yet).
 async fn reconciled(ccm: &CcmProcess, n: f64) -> Result<()> {
-    wait_for("the service-lb reconciles", T, || async {
-        let done = ccm
-            .metric_sum(&[
-                "controller_reconcile_total{",
-                "controller=\"service-lb-controller\"",
-                "result=\"success\"",
-            ])
-            .await;
-        (done >= n).then_some(())
-    })
-    .await
+    ccm.wait_service_reconciles(n, T).await
 }
 
 fn start_ccm(cluster: &TestCluster, moto: &Moto, world: &World, extra_global: &str) -> Result<CcmProcess> {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use k8s_cloud_provider::{
     node::helpers::{addresses, has_taint},
-    well_known::TAINT_UNINITIALIZED,
+    well_known::{ANNOTATION_PROVIDED_NODE_IP, TAINT_UNINITIALIZED},
 };
 use k8s_openapi::api::{
     coordination::v1::Lease,
@@ -26,15 +26,19 @@ use rcp_e2e::{
 };
 
 /// What both providers must do once the CCM Pods run on two control-plane Nodes: the Nodes
-/// initialised as that cloud initialises them (checked by `check_node`), both Pods Ready, a
+/// initialised as that cloud initialises them (checked by `check_node`), with addresses only
+/// the CCM writes (`check_addresses`: current kubelets with `--cloud-provider=external` write
+/// none but their host name), both Pods Ready, a
 /// LoadBalancer Service served (`ingress`) and cleaned up on deletion (`load_balancers` counts
 /// the cloud's), `kubectl logs` of each Pod plain and free of secrets, the leading Pod deleted
-/// and the other one initialising the next Node, and a Node whose kubelet stopped and whose
+/// and the other one initialising the next Node (its kubelet given `--node-ip`: the CCM accepts
+/// the provided-node-ip annotation and puts that address first), and a Node whose kubelet stopped and whose
 /// machine is deleted (`delete_machine`) deleted by the CCM.
 async fn scenario(
     up: &mut LocalUp,
     started: Instant,
     check_node: impl Fn(&LocalUp, usize, &Node),
+    check_addresses: impl Fn(&LocalUp, &Node) -> bool,
 ) -> Result<()> {
     let client = up.cluster.cluster.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
@@ -47,17 +51,17 @@ async fn scenario(
             Some(m.provider_id.as_str())
         );
         assert!(
-            addresses(&node)
-                .iter()
-                .any(|a| a.type_ == "InternalIP" && a.address == m.ip),
-            "{:?}",
-            addresses(&node)
-        );
-        assert!(
             node.spec.as_ref().and_then(|s| s.pod_cidr.as_ref()).is_some(),
             "kube-controller-manager allocated a Pod CIDR"
         );
         check_node(up, i, &node);
+        let node = wait_for("the Node's addresses from the cloud", STEP, || async {
+            let n = nodes.get_opt(&m.name).await.ok()??;
+            check_addresses(up, &n).then_some(n)
+        })
+        .await
+        .with_context(|| up.diagnostics())?;
+        println!("{}: {} addresses {:?}", up.provider(), m.name, addresses(&node));
     }
     let running = up.ccm_pods_ready(2).await?;
     println!(
@@ -100,26 +104,29 @@ async fn scenario(
     }
 
     // A LoadBalancer Service gets its load balancer; deleting it removes it and the finalizer.
-    up.hello().await?;
-    let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    println!(
-        "$ kubectl get service hello\n{}",
-        up.cluster.cluster.kubectl(&["get", "service", "hello"])?
-    );
-    assert_eq!(load_balancers(up).await?, 1);
-    services.delete("hello", &DeleteParams::default()).await?;
-    for _ in 0..360 {
-        if services.get_opt("hello").await?.is_none() && load_balancers(up).await? == 0 {
-            break;
+    // (vSphere's CCM serves no load balancers.)
+    if !matches!(up.cloud, Cloud::VSphere { .. }) {
+        up.hello().await?;
+        let services: Api<Service> = Api::namespaced(client.clone(), "default");
+        println!(
+            "$ kubectl get service hello\n{}",
+            up.cluster.cluster.kubectl(&["get", "service", "hello"])?
+        );
+        assert_eq!(load_balancers(up).await?, 1);
+        services.delete("hello", &DeleteParams::default()).await?;
+        for _ in 0..360 {
+            if services.get_opt("hello").await?.is_none() && load_balancers(up).await? == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(services.get_opt("hello").await?.is_none(), "{}", up.diagnostics());
+        assert_eq!(
+            load_balancers(up).await?,
+            0,
+            "the load balancer is deleted with its Service"
+        );
     }
-    assert!(services.get_opt("hello").await?.is_none(), "{}", up.diagnostics());
-    assert_eq!(
-        load_balancers(up).await?,
-        0,
-        "the load balancer is deleted with its Service"
-    );
 
     // `kubectl logs` (the API server reaching each kubelet at its Node's address): the CCM's own
     // lines, plain text, no secret.
@@ -152,18 +159,48 @@ async fn scenario(
         up.provider(),
         deleted.elapsed()
     );
-    up.start_node(2, false).await?;
+    // Its kubelet is given `--node-ip` (its machine's address): the kubelet leaves the
+    // provided-node-ip annotation, which the CCM checks against the cloud's addresses.
+    let third_ip = up.machines[2].ip.clone();
+    up.start_node_with(2, false, vec![format!("--node-ip={third_ip}")], Vec::new())
+        .await?;
     let third = up.machines[2].name.clone();
     let initialised = wait_for(
         "the third Node initialised by the other CCM Pod",
         STEP,
         || async {
             let n = nodes.get_opt(&third).await.ok()??;
-            (!has_taint(&n, TAINT_UNINITIALIZED)).then_some(())
+            (!has_taint(&n, TAINT_UNINITIALIZED)).then_some(n)
         },
     )
     .await;
-    initialised.with_context(|| up.diagnostics())?;
+    let third_node = initialised.with_context(|| up.diagnostics())?;
+    // Accepted: the annotation stays (the kubelet writes it again at every status update, as
+    // upstream's controller leaves it), and the given address is the first InternalIP.
+    assert_eq!(
+        third_node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_PROVIDED_NODE_IP))
+            .map(String::as_str),
+        Some(third_ip.as_str())
+    );
+    let third_node = wait_for("the third Node's addresses from the cloud", STEP, || async {
+        let n = nodes.get_opt(&third).await.ok()??;
+        check_addresses(up, &n).then_some(n)
+    })
+    .await
+    .with_context(|| up.diagnostics())?;
+    assert_eq!(
+        addresses(&third_node)
+            .iter()
+            .find(|a| a.type_ == "InternalIP")
+            .map(|a| a.address.as_str()),
+        Some(third_ip.as_str()),
+        "{:?}",
+        addresses(&third_node)
+    );
     println!(
         "{}: fail-over: the next Node (its kubelet started after the hand-over) initialised {:.1?} after the leading Pod was deleted",
         up.provider(),
@@ -195,6 +232,7 @@ async fn load_balancers(up: &LocalUp) -> Result<usize> {
             .octavia_list("loadbalancers", "loadbalancers")
             .await?
             .len(),
+        Cloud::VSphere { .. } => 0,
     })
 }
 
@@ -204,6 +242,9 @@ async fn delete_machine(up: &LocalUp, id: &str) -> Result<()> {
             moto.ec2().terminate_instances().instance_ids(id).send().await?;
         }
         Cloud::OpenStack { project, .. } => project.delete_server(id).await?,
+        Cloud::VSphere { vcsim } => {
+            vcsim.govc(&["vm.destroy", id])?;
+        }
     }
     Ok(())
 }
@@ -211,12 +252,25 @@ async fn delete_machine(up: &LocalUp, id: &str) -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aws_ccm_pods_initialise_kubelet_nodes_serve_a_load_balancer_and_fail_over() -> Result<()> {
     let started = Instant::now();
-    let mut up = LocalUp::aws(3, 2).await?;
+    let mut up = LocalUp::aws(4, 2).await?;
     let Cloud::Aws { world, .. } = &up.cloud else {
         unreachable!()
     };
     let instances = world.instances.clone();
-    scenario(&mut up, started, |_, i, node| {
+    // The kubelet (`--cloud-provider=external`, no `--node-ip`) writes no address but its host
+    // name; InternalIP and InternalDNS come from the CCM alone.
+    let from_the_cloud = |up: &LocalUp, node: &Node| {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let Some(m) = up.machines.iter().find(|m| m.name == name) else {
+            return false;
+        };
+        let has = |t: &str, v: &str| addresses(node).iter().any(|a| a.type_ == t && a.address == v);
+        has("InternalIP", &m.ip) && has("InternalDNS", &m.name)
+    };
+    let scenario_result = scenario(
+        &mut up,
+        started,
+        |_, i, node| {
         let labels = node.metadata.labels.clone().unwrap_or_default();
         assert_eq!(
             labels.get("topology.kubernetes.io/zone"),
@@ -230,8 +284,37 @@ async fn aws_ccm_pods_initialise_kubelet_nodes_serve_a_load_balancer_and_fail_ov
             labels.get("node.kubernetes.io/instance-type"),
             Some(&instances[i].instance_type)
         );
+        },
+        from_the_cloud,
+    )
+    .await;
+    scenario_result?;
+
+    // A kubelet whose `--node-ip` is an address of its own that the instance does not have:
+    // refused with an Event on the Node, which stays uninitialised (nothing of it written).
+    let fourth = up.machines[3].name.clone();
+    let foreign_ip = "10.99.0.7".to_string();
+    up.start_node_with(3, false, vec![format!("--node-ip={foreign_ip}")], vec![foreign_ip.clone()])
+        .await?;
+    let client = up.cluster.cluster.client().await?;
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::all(client.clone());
+    let refused = wait_for("the Warning event refusing the fourth Node's --node-ip", STEP, || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items.into_iter().find(|e| {
+            e.involved_object.name.as_deref() == Some(fourth.as_str())
+                && e.reason.as_deref() == Some("ProvidedNodeIPInvalid")
+        })
     })
     .await
+    .with_context(|| up.diagnostics())?;
+    println!("aws: refused: {}", refused.message.unwrap_or_default());
+    let node = Api::<Node>::all(client).get(&fourth).await?;
+    assert!(has_taint(&node, TAINT_UNINITIALIZED), "the refused Node stays uninitialised");
+    assert!(
+        node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).is_none_or(str::is_empty),
+        "no provider ID written to the refused Node"
+    );
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -242,22 +325,35 @@ async fn openstack_ccm_pods_initialise_kubelet_nodes_serve_a_load_balancer_and_f
         unreachable!()
     };
     let region = project.region.clone();
-    scenario(&mut up, started, |_, _, node| {
-        let labels = node.metadata.labels.clone().unwrap_or_default();
-        assert_eq!(labels.get("topology.kubernetes.io/region"), Some(&region));
-        assert_eq!(
-            labels.get("node.kubernetes.io/instance-type").map(String::as_str),
-            Some("rcp.small")
-        );
-    })
+    // The kubelet (no `--node-ip`) writes its host name only; the InternalIP is nova's.
+    let from_the_cloud = |up: &LocalUp, node: &Node| {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        up.machines
+            .iter()
+            .find(|m| m.name == name)
+            .is_some_and(|m| addresses(node).iter().any(|a| a.type_ == "InternalIP" && a.address == m.ip))
+    };
+    scenario(
+        &mut up,
+        started,
+        |_, _, node| {
+            let labels = node.metadata.labels.clone().unwrap_or_default();
+            assert_eq!(labels.get("topology.kubernetes.io/region"), Some(&region));
+            assert_eq!(
+                labels.get("node.kubernetes.io/instance-type").map(String::as_str),
+                Some("rcp.small")
+            );
+        },
+        from_the_cloud,
+    )
     .await
 }
 
 /// The kubelet pulls an image from a private ECR registry with the credentials our
-/// `ecr-credential-provider` returns: kubelet 1.20 with `KubeletCredentialProviders`, the
-/// shipped `deploy/aws/kubelet/credential-provider-config.yaml` (in the `v1alpha1` versions a
-/// 1.20 kubelet reads, as its comment says, with moto's endpoint and credentials as `env`) and the
-/// binary in `--image-credential-provider-bin-dir`. The registry (Debian's docker-registry, TLS
+/// `ecr-credential-provider` returns: the shipped
+/// `deploy/aws/kubelet/credential-provider-config.yaml` as it is (`kubelet.config.k8s.io/v1`, what
+/// current kubelets read), with moto's endpoint and credentials added as `env`, and the binary in
+/// `--image-credential-provider-bin-dir`. The registry (Debian's docker-registry, TLS
 /// for the ECR host name, which the node resolves to its 127.0.0.1) lets in only the user and
 /// password moto's `GetAuthorizationToken` hands out, so the Pod runs only if the kubelet asked
 /// the plugin and containerd used its answer.
@@ -281,7 +377,7 @@ async fn the_kubelet_pulls_from_ecr_with_the_credentials_of_ecr_credential_provi
         .await?;
     cluster.forward(443, registry.port);
 
-    // The shipped configuration, in the versions kubelet 1.20 reads, with moto as ECR.
+    // The shipped configuration, with moto as ECR.
     let plugin_dir = tempfile::tempdir()?;
     let bin_dir = plugin_dir.path().join("bin");
     std::fs::create_dir_all(&bin_dir)?;
@@ -292,15 +388,11 @@ async fn the_kubelet_pulls_from_ecr_with_the_credentials_of_ecr_credential_provi
     let shipped = std::fs::read_to_string(
         paths::workspace_root().join("deploy/aws/kubelet/credential-provider-config.yaml"),
     )?;
-    let mut config = shipped
-        .replace(
-            "apiVersion: kubelet.config.k8s.io/v1\n",
-            "apiVersion: kubelet.config.k8s.io/v1alpha1\n",
-        )
-        .replace(
-            "apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
-            "apiVersion: credentialprovider.kubelet.k8s.io/v1alpha1\n",
-        );
+    assert!(
+        shipped.contains("apiVersion: kubelet.config.k8s.io/v1\n"),
+        "the shipped credential-provider config is kubelet.config.k8s.io/v1"
+    );
+    let mut config = shipped;
     config.push_str("    env:\n");
     for (k, v) in moto
         .sdk_env()
@@ -319,7 +411,6 @@ async fn the_kubelet_pulls_from_ecr_with_the_credentials_of_ecr_credential_provi
             name: instance.private_dns_name.clone(),
             ip: instance.private_ip.clone(),
             kubelet_args: vec![
-                "--feature-gates=KubeletCredentialProviders=true".into(),
                 format!("--image-credential-provider-config={}", config_path.display()),
                 format!("--image-credential-provider-bin-dir={}", bin_dir.display()),
             ],
@@ -392,4 +483,38 @@ async fn the_kubelet_pulls_from_ecr_with_the_credentials_of_ecr_credential_provi
     rcp_e2e::secrets::assert_none_in("the kubelet's log", &cluster.nodes()[0].kubelet_log(10_000));
     println!("ecr: Pod from-ecr Running from {HOST}/app:1, pulled with the plugin's credentials");
     Ok(())
+}
+
+/// vSphere's CCM Pods on real kubelets, vcsim's VMs the machines: Nodes found by their guest
+/// host names get the VMs' provider IDs, guest addresses and zone and region from the tags; a
+/// hand-over between the Pods; a Node whose VM is destroyed is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vsphere_ccm_pods_initialise_kubelet_nodes_and_fail_over() -> Result<()> {
+    let started = Instant::now();
+    let mut up = LocalUp::vsphere(3, 2).await?;
+    // The kubelet (no `--node-ip`) writes its host name only; the InternalIP is the VM's.
+    let from_the_cloud = |up: &LocalUp, node: &Node| {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        up.machines
+            .iter()
+            .find(|m| m.name == name)
+            .is_some_and(|m| addresses(node).iter().any(|a| a.type_ == "InternalIP" && a.address == m.ip))
+    };
+    scenario(
+        &mut up,
+        started,
+        |_, _, node| {
+            let labels = node.metadata.labels.clone().unwrap_or_default();
+            assert_eq!(
+                labels.get("topology.kubernetes.io/zone").map(String::as_str),
+                Some("zone-a")
+            );
+            assert_eq!(
+                labels.get("topology.kubernetes.io/region").map(String::as_str),
+                Some("region-1")
+            );
+        },
+        from_the_cloud,
+    )
+    .await
 }

@@ -60,6 +60,10 @@ pub mod events {
     /// A Node that is not Ready is kept because the cloud could not tell whether its instance
     /// exists (Warning; not part of upstream, which only logs).
     pub const INSTANCE_EXISTENCE_UNKNOWN: &str = "InstanceExistenceUnknown";
+    /// The kubelet's `--node-ip` (the `alpha.kubernetes.io/provided-node-ip` annotation) is
+    /// unparsable or none of the instance's addresses, so the Node stays uninitialised (Warning;
+    /// not part of upstream, which only logs and retries).
+    pub const PROVIDED_NODE_IP_INVALID: &str = "ProvidedNodeIPInvalid";
     /// Route creation failed (Warning, on the Node).
     pub const FAILED_TO_CREATE_ROUTE: &str = "FailedToCreateRoute";
     /// Service controller: about to ensure the LB (Normal).

@@ -34,7 +34,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client,
-    api::{ObjectMeta, PostParams},
+    api::{ObjectMeta, Patch, PatchParams, PostParams},
 };
 use parking_lot::Mutex;
 use prometheus::IntGaugeVec;
@@ -306,9 +306,9 @@ impl LeaderElector {
         spec.holder_identity = Some(me.to_string());
         spec.lease_duration_seconds = Some(duration_secs);
         spec.renew_time = Some(MicroTime(now));
-        // `replace` sends the read resourceVersion: a concurrent writer makes this a 409.
+        // The patch carries the read resourceVersion: a concurrent writer makes this a 409.
         match api
-            .replace(&self.config.name, &PostParams::default(), &lease)
+            .patch(&self.config.name, &PatchParams::default(), &Patch::Merge(lease_patch(&lease)))
             .await
         {
             Ok(_) => {
@@ -357,7 +357,7 @@ impl LeaderElector {
             spec.lease_duration_seconds = Some(1);
             spec.renew_time = Some(now.clone());
             spec.acquire_time = Some(now);
-            api.replace(&self.config.name, &PostParams::default(), &lease)
+            api.patch(&self.config.name, &PatchParams::default(), &Patch::Merge(lease_patch(&lease)))
                 .await
                 .map(|_| ())
         }
@@ -367,6 +367,25 @@ impl LeaderElector {
             Err(e) => warn!(lease = %self.lease_ref(), error = %e, "failed to release leader lease"),
         }
     }
+}
+
+/// The JSON merge patch that writes the lease fields an elector owns (holder, duration, acquire
+/// and renew times, transitions; a `None` clears the field) under `metadata.resourceVersion`, so
+/// that a concurrent writer makes it a `409 Conflict` as an update would. Other fields of the
+/// Lease, including those of API versions newer than this build knows (coordinated leader
+/// election's `strategy` and `preferredHolder`), are left as they are.
+pub fn lease_patch(lease: &Lease) -> serde_json::Value {
+    let spec = lease.spec.clone().unwrap_or_default();
+    serde_json::json!({
+        "metadata": { "resourceVersion": lease.metadata.resource_version },
+        "spec": {
+            "holderIdentity": spec.holder_identity,
+            "leaseDurationSeconds": spec.lease_duration_seconds,
+            "acquireTime": spec.acquire_time,
+            "renewTime": spec.renew_time,
+            "leaseTransitions": spec.lease_transitions,
+        }
+    })
 }
 
 /// `<hostname>_<uuid>`, as upstream builds identities.

@@ -1,12 +1,12 @@
-//! The project's main job (`hack/local-up-cluster.sh`): a local Kubernetes v1.20.2 cluster
+//! The project's main job (`hack/local-up-cluster.sh`): a local Kubernetes cluster (the version hack/kube/go.mod pins)
 //! with real nodes — etcd, kube-apiserver, kube-controller-manager and kube-scheduler on
 //! 127.0.0.1, and two kubelets with containerd, each in network and mount namespaces of its own
 //! holding its cloud machine's address — on an emulated AWS (moto: a cluster VPC and three
-//! instances) or, with `--provider openstack`, the real OpenStack of `hack/openstack.sh` (three
-//! nova servers). The CCM runs as users run it: a DaemonSet Pod of its own image
+//! instances), with `--provider openstack` the real OpenStack of `hack/openstack.sh` (three
+//! nova servers), or with `--provider vsphere` vcsim (three VMs). The CCM runs as users run it: a DaemonSet Pod of its own image
 //! (`hack/build-image.sh`) on each control-plane Node, applied with
 //! `kubectl apply -k deploy/<provider>/overlays/local`. It initialises the kubelets' Nodes, and a
-//! `type: LoadBalancer` Service `hello` gets its load balancer. Prints what a user would look at,
+//! `type: LoadBalancer` Service `hello` gets its load balancer (not on vSphere). Prints what a user would look at,
 //! then keeps running until Ctrl-C and cleans up. See `rcp_e2e::local_up`.
 
 use std::time::Instant;
@@ -25,20 +25,27 @@ async fn main() -> Result<()> {
             .unwrap_or_else(|| "aws".into()),
     };
     let started = Instant::now();
+    let kube = rcp_e2e::paths::kubernetes_version();
     let mut up = match provider.as_str() {
         "aws" => {
             println!(
-                "local-up-cluster: moto (EC2/ELB) with a cluster VPC and 3 instances; etcd, kube-apiserver, kube-controller-manager, kube-scheduler v1.20.2; 2 kubelets with containerd; the CCM image …"
+                "local-up-cluster: moto (EC2/ELB) with a cluster VPC and 3 instances; etcd, kube-apiserver, kube-controller-manager, kube-scheduler {kube}; 2 kubelets with containerd; the CCM image …"
             );
             LocalUp::aws(3, 2).await?
         }
         "openstack" => {
             println!(
-                "local-up-cluster: the OpenStack of hack/openstack.sh (started if needed), a project with 3 nova servers; etcd, kube-apiserver, kube-controller-manager, kube-scheduler v1.20.2; 2 kubelets with containerd; the CCM image …"
+                "local-up-cluster: the OpenStack of hack/openstack.sh (started if needed), a project with 3 nova servers; etcd, kube-apiserver, kube-controller-manager, kube-scheduler {kube}; 2 kubelets with containerd; the CCM image …"
             );
             LocalUp::openstack(3, 2).await?
         }
-        other => anyhow::bail!("--provider {other:?}: this demo runs aws (the default) or openstack"),
+        "vsphere" => {
+            println!(
+                "local-up-cluster: vcsim (vCenter) with 3 VMs; etcd, kube-apiserver, kube-controller-manager, kube-scheduler {kube}; 2 kubelets with containerd; the CCM image …"
+            );
+            LocalUp::vsphere(3, 2).await?
+        }
+        other => anyhow::bail!("--provider {other:?}: this demo runs aws (the default), openstack or vsphere"),
     };
     println!("local-up-cluster: machines:");
     for m in &up.machines {
@@ -81,14 +88,16 @@ async fn main() -> Result<()> {
         kubectl(&["-n", "kube-system", "get", "pods", "-o", "wide"])?
     );
 
-    println!(
-        "local-up-cluster: creating the LoadBalancer Service default/hello; waiting for its load balancer …"
-    );
-    up.hello().await?;
-    println!(
-        "\n$ kubectl get service hello\n{}",
-        up.cluster.cluster.kubectl(&["get", "service", "hello"])?
-    );
+    if !matches!(up.cloud, Cloud::VSphere { .. }) {
+        println!(
+            "local-up-cluster: creating the LoadBalancer Service default/hello; waiting for its load balancer …"
+        );
+        up.hello().await?;
+        println!(
+            "\n$ kubectl get service hello\n{}",
+            up.cluster.cluster.kubectl(&["get", "service", "hello"])?
+        );
+    }
     for (node, kib) in up.ccm_rss_kib() {
         println!(
             "local-up-cluster: CCM container on {node}: RSS {:.1} MiB",

@@ -23,7 +23,7 @@ use k8s_controller_manager::{
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use kube::{
     Api,
-    api::{Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams},
 };
 use tracing::{debug, info, info_span, warn};
 
@@ -278,9 +278,28 @@ impl CloudNodeController {
                 node: name.to_string(),
                 reason,
             };
-            let ips = ips.map_err(|e| invalid(e.to_string()))?;
-            crate::node::helpers::addresses_by_provided_ips(&metadata.node_addresses, &ips)
-                .map_err(|e| invalid(e.to_string()))?;
+            let checked = ips.and_then(|ips| {
+                crate::node::helpers::addresses_by_provided_ips(&metadata.node_addresses, &ips)
+            });
+            if let Err(e) = checked {
+                // Told on the Node too: `kubectl describe node` then says why it stays tainted.
+                self.recorder.event(
+                    &node_reference(&node),
+                    EventType::Warning,
+                    events::PROVIDED_NODE_IP_INVALID,
+                    &format!(
+                        "the kubelet's --node-ip ({} {:?}) is not usable with this instance's addresses: {e}; the Node stays uninitialised until it is",
+                        well_known::ANNOTATION_PROVIDED_NODE_IP,
+                        node.metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get(well_known::ANNOTATION_PROVIDED_NODE_IP))
+                            .map(String::as_str)
+                            .unwrap_or_default(),
+                    ),
+                );
+                return Err(invalid(e.to_string()));
+            }
         }
 
         let updated = retry_on_conflict(20, std::time::Duration::from_millis(50), |attempt| {
@@ -293,8 +312,10 @@ impl CloudNodeController {
                 } else {
                     api.get(name).await?
                 };
+                let before = current.clone();
                 apply_initialization(&mut current, metadata);
-                api.replace(name, &PostParams::default(), &current).await
+                let patch = initialization_patch(&before, &current);
+                api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await
             }
         })
         .await
@@ -571,6 +592,50 @@ pub fn apply_initialization(node: &mut Node, metadata: &InstanceMetadata) {
     apply_additional_labels(labels, &metadata.additional_labels);
 }
 
+/// The JSON merge patch that turns `before` into `after` for the fields initialisation owns:
+/// the labels it adds or changes, `spec.providerID`, and `spec.taints` (a list a merge patch
+/// replaces whole, so it is sent only when it changed). `metadata.resourceVersion` makes it
+/// conditional: a Node changed since it was read answers `409 Conflict` and is read again, as an
+/// update would. Fields the CCM does not own, including those of API versions newer than this
+/// build knows, are never sent and so never dropped (a whole-object update would drop them).
+pub fn initialization_patch(before: &Node, after: &Node) -> serde_json::Value {
+    let mut metadata = serde_json::Map::new();
+    if let Some(rv) = &before.metadata.resource_version {
+        metadata.insert("resourceVersion".into(), rv.clone().into());
+    }
+    let old_labels = before.metadata.labels.clone().unwrap_or_default();
+    let labels: serde_json::Map<String, serde_json::Value> = after
+        .metadata
+        .labels
+        .iter()
+        .flatten()
+        .filter(|(k, v)| old_labels.get(*k) != Some(*v))
+        .map(|(k, v)| (k.clone(), v.clone().into()))
+        .collect();
+    if !labels.is_empty() {
+        metadata.insert("labels".into(), labels.into());
+    }
+    let mut spec = serde_json::Map::new();
+    let (old_spec, new_spec) = (before.spec.clone().unwrap_or_default(), after.spec.clone().unwrap_or_default());
+    if new_spec.provider_id != old_spec.provider_id
+        && let Some(id) = new_spec.provider_id
+    {
+        spec.insert("providerID".into(), id.into());
+    }
+    if new_spec.taints != old_spec.taints {
+        spec.insert(
+            "taints".into(),
+            serde_json::to_value(new_spec.taints.unwrap_or_default()).unwrap_or_default(),
+        );
+    }
+    let mut patch = serde_json::Map::new();
+    patch.insert("metadata".into(), metadata.into());
+    if !spec.is_empty() {
+        patch.insert("spec".into(), spec.into());
+    }
+    patch.into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -639,6 +704,54 @@ mod tests {
         ] {
             assert_eq!(labels.get(k).map(String::as_str), Some(v), "{k}");
         }
+    }
+
+    #[test]
+    fn the_initialization_patch_holds_only_what_initialization_changed() {
+        let before = Node {
+            metadata: ObjectMeta {
+                name: Some("n".into()),
+                resource_version: Some("42".into()),
+                labels: Some([("kept".to_string(), "1".to_string())].into()),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                pod_cidr: Some("10.244.0.0/24".into()),
+                taints: Some(vec![Taint {
+                    key: TAINT_UNINITIALIZED.into(),
+                    value: Some("true".into()),
+                    effect: "NoSchedule".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut after = before.clone();
+        let md = InstanceMetadata {
+            provider_id: "fake://i-1".into(),
+            zone: "z1".into(),
+            ..Default::default()
+        };
+        apply_initialization(&mut after, &md);
+        assert_eq!(
+            initialization_patch(&before, &after),
+            serde_json::json!({
+                "metadata": {
+                    "resourceVersion": "42",
+                    "labels": {
+                        "topology.kubernetes.io/zone": "z1",
+                        "failure-domain.beta.kubernetes.io/zone": "z1"
+                    }
+                },
+                "spec": {"providerID": "fake://i-1", "taints": []}
+            })
+        );
+        // A Node that needs nothing gets a patch of its resource version alone.
+        assert_eq!(
+            initialization_patch(&after, &after),
+            serde_json::json!({"metadata": {"resourceVersion": "42"}})
+        );
     }
 
     #[test]

@@ -152,12 +152,32 @@ pub fn has_lb_finalizer(service: &Service) -> bool {
 }
 
 /// Semantic equality of the `ingress` lists (what the service controller compares).
+///
+/// An entry with an `ip` and no `ipMode` equals the same entry with `ipMode: VIP`: API servers
+/// since 1.30 write that default into every such entry, so a provider that leaves the field
+/// unset (all of them before 1.29, AWS' hostnames never have one) would otherwise see a change
+/// at every sync and write the same status again (upstream's `LoadBalancerStatusEqual` compares
+/// the lists as they are, and so re-patches). Entries are compared in order, as upstream does.
 pub fn load_balancer_status_equal(a: Option<&LoadBalancerStatus>, b: Option<&LoadBalancerStatus>) -> bool {
     fn ingress(s: Option<&LoadBalancerStatus>) -> Vec<LoadBalancerIngress> {
-        s.and_then(|s| s.ingress.clone()).unwrap_or_default()
+        let mut list = s.and_then(|s| s.ingress.clone()).unwrap_or_default();
+        for entry in &mut list {
+            if entry.ip.as_deref().is_some_and(|ip| !ip.is_empty()) && entry.ip_mode.is_none() {
+                entry.ip_mode = Some(LOAD_BALANCER_IP_MODE_VIP.to_string());
+            }
+        }
+        list
     }
     ingress(a) == ingress(b)
 }
+
+/// `status.loadBalancer.ingress[].ipMode` for a load balancer that forwards packets with the
+/// destination still the Service's IP (the API server's default for entries with an `ip`).
+pub const LOAD_BALANCER_IP_MODE_VIP: &str = "VIP";
+/// `status.loadBalancer.ingress[].ipMode` for a load balancer that proxies (the backends see its
+/// address, e.g. with PROXY protocol): kube-proxy then sends in-cluster traffic for that IP to
+/// the load balancer instead of short-cutting it.
+pub const LOAD_BALANCER_IP_MODE_PROXY: &str = "Proxy";
 
 /// `type: LoadBalancer` and no `spec.loadBalancerClass`.
 pub fn wants_load_balancer(service: &Service) -> bool {
@@ -302,6 +322,32 @@ mod tests {
         api::core::v1::{NodeSpec, ServiceSpec, Taint},
         apimachinery::pkg::apis::meta::v1::Time,
     };
+
+    #[test]
+    fn an_ip_without_ip_mode_equals_the_servers_vip_default_and_nothing_else() {
+        let status = |ip: Option<&str>, hostname: Option<&str>, mode: Option<&str>| LoadBalancerStatus {
+            ingress: Some(vec![LoadBalancerIngress {
+                ip: ip.map(str::to_string),
+                hostname: hostname.map(str::to_string),
+                ip_mode: mode.map(str::to_string),
+                ..Default::default()
+            }]),
+        };
+        let ours = status(Some("192.0.2.1"), None, None);
+        let stored = status(Some("192.0.2.1"), None, Some("VIP"));
+        assert!(load_balancer_status_equal(Some(&stored), Some(&ours)));
+        assert!(load_balancer_status_equal(Some(&ours), Some(&stored)));
+        // Proxy differs from the default, and from nothing.
+        let proxy = status(Some("192.0.2.1"), None, Some("Proxy"));
+        assert!(!load_balancer_status_equal(Some(&stored), Some(&proxy)));
+        assert!(!load_balancer_status_equal(Some(&ours), Some(&proxy)));
+        // A hostname gets no default.
+        let host = status(None, Some("lb.example"), None);
+        assert!(!load_balancer_status_equal(Some(&host), Some(&status(None, Some("lb.example"), Some("VIP")))));
+        assert!(load_balancer_status_equal(Some(&host), Some(&host.clone())));
+        // Another address is a change whatever the modes.
+        assert!(!load_balancer_status_equal(Some(&stored), Some(&status(Some("192.0.2.2"), None, None))));
+    }
     use kube::api::ObjectMeta;
 
     fn svc(type_: &str) -> Service {

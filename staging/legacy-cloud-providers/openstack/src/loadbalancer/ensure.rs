@@ -268,7 +268,11 @@ impl OpenStackCloud {
             tracing::info!(lb = %lb.id, service_tag = %name, "tagged the load balancer with the Service");
         }
         Ok((
-            status_for(&address, opts.status_hostname(&address).as_deref()),
+            status_for(
+                &address,
+                opts.status_hostname(&address).as_deref(),
+                opts.proxy_protocol.is_some(),
+            ),
             members.skipped,
         ))
     }

@@ -44,7 +44,11 @@ pub use floating_subnet::{FloatingSubnetSpec, SubnetMatcher};
 pub use octavia::{OctaviaFeature, OctaviaLoadBalancer, octavia_api_version};
 pub use options::*;
 
-fn status_for(address: &str, hostname: Option<&str>) -> LoadBalancerStatus {
+/// The Service status OCCM writes: the hostname when one is asked for, else the address with
+/// `ipMode: Proxy` when the pools speak PROXY protocol (kube-proxy must then send in-cluster
+/// traffic through the load balancer, which adds the header) and `VIP` otherwise.
+fn status_for(address: &str, hostname: Option<&str>, proxy_protocol: bool) -> LoadBalancerStatus {
+    use k8s_cloud_provider::service::helpers::{LOAD_BALANCER_IP_MODE_PROXY, LOAD_BALANCER_IP_MODE_VIP};
     LoadBalancerStatus {
         ingress: Some(vec![match hostname {
             // `loadbalancer.openstack.org/hostname`: the hostname instead of the address.
@@ -54,6 +58,9 @@ fn status_for(address: &str, hostname: Option<&str>) -> LoadBalancerStatus {
             },
             None => LoadBalancerIngress {
                 ip: Some(address.to_string()),
+                ip_mode: Some(
+                    if proxy_protocol { LOAD_BALANCER_IP_MODE_PROXY } else { LOAD_BALANCER_IP_MODE_VIP }.to_string(),
+                ),
                 ..Default::default()
             },
         }]),
@@ -80,14 +87,17 @@ impl LoadBalancer for OpenStackCloud {
             None => lb.vip_address,
         };
         // The annotations as `ensure` reads them; unreadable ones: the hostname annotation alone.
-        let hostname = match ServiceOptions::from_service(self, service) {
-            Ok(opts) => opts.status_hostname(&address),
-            Err(_) => annotation(service, ANNOTATION_HOSTNAME)
-                .map(str::trim)
-                .filter(|h| !h.is_empty())
-                .map(str::to_string),
+        let (hostname, proxy_protocol) = match ServiceOptions::from_service(self, service) {
+            Ok(opts) => (opts.status_hostname(&address), opts.proxy_protocol.is_some()),
+            Err(_) => (
+                annotation(service, ANNOTATION_HOSTNAME)
+                    .map(str::trim)
+                    .filter(|h| !h.is_empty())
+                    .map(str::to_string),
+                false,
+            ),
         };
-        Ok(Some(status_for(&address, hostname.as_deref())))
+        Ok(Some(status_for(&address, hostname.as_deref(), proxy_protocol)))
     }
 
     fn get_load_balancer_name(&self, cluster: &str, service: &KubeService) -> String {

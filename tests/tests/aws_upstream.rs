@@ -1,0 +1,583 @@
+//! The newest upstream AWS cloud-controller-manager (`k8s.io/cloud-provider-aws`, built from its
+//! Go module by `hack/install-test-deps.sh`) and ours, side by side on one moto world and one
+//! API server: upstream initialises two Nodes and makes a Classic ELB and an NLB, then stops;
+//! ours takes its objects over with not one mutating call over two proven syncs (a start and a
+//! restart), then initialises two more Nodes (same zones) and makes the same two load balancers
+//! for Services of its own. What each made is described from moto and the API server,
+//! normalised (IDs, names, ports and addresses replaced by what they stand for) and compared
+//! field by field. Every difference must be one `docs/migration.md` lists with why
+//! ([`DOCUMENTED_DIFFERENCES`]); the table is printed either way.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use anyhow::{Context, Result};
+use k8s_cloud_provider::service::helpers::default_load_balancer_name;
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::{
+    Api,
+    api::{ListParams, PostParams},
+};
+use nix::sys::signal::Signal;
+use rcp_e2e::{
+    Moto, TestCluster,
+    ccm::CcmProcess,
+    k8s::{load_balancer_service, set_ready, tainted_node, wait_for, wait_for_ingress},
+    moto::{Instance, World, mutating},
+    paths,
+};
+
+const T: Duration = Duration::from_secs(120);
+const CLUSTER: &str = "side-by-side";
+
+/// Differences between upstream's and our output that `docs/migration.md` explains, as
+/// `(field, why)`; a difference not listed here fails the test.
+const DOCUMENTED_DIFFERENCES: &[(&str, &str)] = &[];
+
+/// The upstream binary, with moto as EC2/ELB/ELBv2 (`[ServiceOverride]`), the cloud-node,
+/// cloud-node-lifecycle and service controllers (routes off), no leader election.
+fn start_upstream(cluster: &TestCluster, moto: &Moto, world: &World) -> Result<CcmProcess> {
+    let config = cluster.dir().join("upstream-cloud.conf");
+    std::fs::write(&config, moto.cloud_config(world))?;
+    let mut env = moto.sdk_env();
+    env.push(("AWS_REGION", "us-east-1"));
+    CcmProcess::start_binary(
+        &paths::test_bin("aws-cloud-controller-manager")?,
+        "aws-cloud-controller-manager-upstream",
+        cluster.kubeconfig_path(),
+        cluster.dir(),
+        &[
+            "--cloud-provider=aws".into(),
+            format!("--cloud-config={}", config.display()),
+            "--leader-elect=false".into(),
+            "--use-service-account-credentials=false".into(),
+            "--controllers=cloud-node,cloud-node-lifecycle,service".into(),
+            "--configure-cloud-routes=false".into(),
+            format!("--cluster-name={CLUSTER}"),
+            "--v=2".into(),
+        ],
+        &env,
+    )
+}
+
+/// Ours, as `deploy/aws/base` runs it (its ServiceAccount and RBAC).
+fn start_ours(cluster: &TestCluster, moto: &Moto, world: &World, name: &str) -> Result<CcmProcess> {
+    let config = cluster.dir().join("cloud.conf");
+    std::fs::write(&config, moto.cloud_config(world))?;
+    CcmProcess::start_with_env(
+        "cloud-controller-manager-aws",
+        name,
+        &cluster.ccm_kubeconfig("aws/base")?,
+        cluster.dir(),
+        &[
+            format!("--cloud-config={}", config.display()),
+            "--leader-elect=false".into(),
+            "--controllers=cloud-node,cloud-node-lifecycle,service".into(),
+            format!("--cluster-name={CLUSTER}"),
+        ],
+        &moto.sdk_env(),
+    )
+}
+
+/// Replaces every `(from, to)` in `text`, longest `from` first.
+fn normalise(text: &str, replacements: &[(String, String)]) -> String {
+    let mut sorted: Vec<&(String, String)> = replacements.iter().filter(|(f, _)| !f.is_empty()).collect();
+    sorted.sort_by_key(|(f, _)| std::cmp::Reverse(f.len()));
+    let mut out = text.to_string();
+    for (from, to) in sorted {
+        out = out.replace(from.as_str(), to);
+    }
+    out
+}
+
+/// What stands for an instance in the descriptions.
+fn instance_replacements(i: &Instance) -> Vec<(String, String)> {
+    let mut r = vec![
+        (i.id.clone(), "<instance-id>".into()),
+        (i.private_dns_name.clone(), "<private-dns>".into()),
+        (i.private_ip.clone(), "<private-ip>".into()),
+    ];
+    if let Some(ip) = &i.public_ip {
+        r.push((ip.clone(), "<public-ip>".into()));
+    }
+    if let Some(dns) = &i.public_dns_name {
+        r.push((dns.clone(), "<public-dns>".into()));
+    }
+    r
+}
+
+/// The Node as the CCM left it: labels, provider ID, addresses (in order), taints.
+fn describe_node(node: &Node, instance: &Instance) -> BTreeMap<String, String> {
+    let r = instance_replacements(instance);
+    let mut d = BTreeMap::new();
+    for (k, v) in node.metadata.labels.clone().unwrap_or_default() {
+        if k == "kubernetes.io/hostname" {
+            continue; // the test wrote it
+        }
+        d.insert(format!("node.label {k}"), normalise(&v, &r));
+    }
+    let spec = node.spec.clone().unwrap_or_default();
+    d.insert("node.providerID".into(), normalise(&spec.provider_id.unwrap_or_default(), &r));
+    let mut taints: Vec<String> = spec
+        .taints
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| format!("{}:{}", t.key, t.effect))
+        .collect();
+    taints.sort();
+    d.insert("node.taints".into(), taints.join(","));
+    let addresses: Vec<String> = k8s_cloud_provider::node::helpers::addresses(node)
+        .iter()
+        .map(|a| format!("{}={}", a.type_, normalise(&a.address, &r)))
+        .collect();
+    d.insert("node.addresses".into(), addresses.join(","));
+    d
+}
+
+/// One Service's load balancer as moto describes it, IDs and names replaced.
+async fn describe_load_balancer(moto: &Moto, world: &World, svc: &Service) -> Result<BTreeMap<String, String>> {
+    let name = default_load_balancer_name(svc);
+    let svc_name = svc.metadata.name.clone().unwrap_or_default();
+    let uid = svc.metadata.uid.clone().unwrap_or_default();
+    let node_ports: Vec<String> = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.clone())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|p| p.node_port.map(|n| n.to_string()))
+        .collect();
+    let mut r: Vec<(String, String)> = vec![
+        (name.clone(), "<lb-name>".into()),
+        (format!("default/{svc_name}"), "default/<service>".into()),
+        (uid.clone(), "<service-uid>".into()),
+        (world.vpc_id.clone(), "<vpc>".into()),
+        (world.security_group_id.clone(), "<node-group>".into()),
+    ];
+    for (i, (_, subnet)) in world.subnets.iter().enumerate() {
+        r.push((subnet.clone(), format!("<subnet-{i}>")));
+    }
+    for n in &node_ports {
+        r.push((format!("{n}"), "<node-port>".into()));
+    }
+    for i in &world.instances {
+        r.push((i.id.clone(), "<instance>".into()));
+    }
+    let ec2 = moto.ec2();
+    let mut d = BTreeMap::new();
+    let nlb = svc
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.get("service.beta.kubernetes.io/aws-load-balancer-type").is_some());
+    let mut groups: Vec<String> = Vec::new();
+    if nlb {
+        let v2 = moto.elbv2();
+        let lbs = v2.describe_load_balancers().names(&name).send().await?;
+        let lb = lbs.load_balancers().first().context("no NLB")?.clone();
+        let arn = lb.load_balancer_arn().unwrap_or_default().to_string();
+        r.push((arn.clone(), "<lb-arn>".into()));
+        r.push((lb.dns_name().unwrap_or_default().to_string(), "<lb-dns>".into()));
+        groups.extend(lb.security_groups().iter().cloned());
+        d.insert("nlb.type".into(), format!("{:?}", lb.r#type()));
+        d.insert("nlb.scheme".into(), format!("{:?}", lb.scheme()));
+        d.insert("nlb.subnets".into(), lb.availability_zones().len().to_string());
+        d.insert("nlb.security-groups".into(), lb.security_groups().len().to_string());
+        let attrs = v2.describe_load_balancer_attributes().load_balancer_arn(&arn).send().await?;
+        let mut a: Vec<String> = attrs
+            .attributes()
+            .iter()
+            .map(|x| format!("{}={}", x.key().unwrap_or_default(), x.value().unwrap_or_default()))
+            .collect();
+        a.sort();
+        d.insert("nlb.attributes".into(), a.join(","));
+        let tags = v2.describe_tags().resource_arns(&arn).send().await?;
+        let mut t: Vec<String> = tags
+            .tag_descriptions()
+            .iter()
+            .flat_map(|td| td.tags().iter().map(|t| format!("{}={}", t.key().unwrap_or_default(), t.value().unwrap_or_default())))
+            .collect();
+        t.sort();
+        d.insert("nlb.tags".into(), normalise(&t.join(","), &r));
+        let tgs = v2.describe_target_groups().load_balancer_arn(&arn).send().await?;
+        for (i, tg) in tgs.target_groups().iter().enumerate() {
+            let tg_name = tg.target_group_name().unwrap_or_default().to_string();
+            r.push((tg.target_group_arn().unwrap_or_default().to_string(), format!("<tg-arn-{i}>")));
+            // k8s-<namespace>-<name>-<hash>: the shape, the hash replaced.
+            let shape = tg_name.rsplit_once('-').map(|(p, _)| format!("{p}-<hash>")).unwrap_or_default();
+            d.insert(format!("nlb.tg{i}.name"), normalise(&shape, &[(svc_name.chars().take(8).collect(), "<service>".into())]));
+            d.insert(
+                format!("nlb.tg{i}"),
+                normalise(
+                    &format!(
+                        "protocol={:?} port={:?} target-type={:?} health={:?}:{:?} path={:?} interval={:?} timeout={:?} healthy={:?} unhealthy={:?} matcher={:?}",
+                        tg.protocol(),
+                        tg.port(),
+                        tg.target_type(),
+                        tg.health_check_protocol(),
+                        tg.health_check_port(),
+                        tg.health_check_path(),
+                        tg.health_check_interval_seconds(),
+                        tg.health_check_timeout_seconds(),
+                        tg.healthy_threshold_count(),
+                        tg.unhealthy_threshold_count(),
+                        tg.matcher().and_then(|m| m.http_code()),
+                    ),
+                    &r,
+                ),
+            );
+            let attrs = v2
+                .describe_target_group_attributes()
+                .target_group_arn(tg.target_group_arn().unwrap_or_default())
+                .send()
+                .await?;
+            let mut a: Vec<String> = attrs
+                .attributes()
+                .iter()
+                .map(|x| format!("{}={}", x.key().unwrap_or_default(), x.value().unwrap_or_default()))
+                .collect();
+            a.sort();
+            d.insert(format!("nlb.tg{i}.attributes"), a.join(","));
+            let health = v2
+                .describe_target_health()
+                .target_group_arn(tg.target_group_arn().unwrap_or_default())
+                .send()
+                .await?;
+            d.insert(format!("nlb.tg{i}.targets"), health.target_health_descriptions().len().to_string());
+        }
+        let listeners = v2.describe_listeners().load_balancer_arn(&arn).send().await?;
+        let mut l: Vec<String> = listeners
+            .listeners()
+            .iter()
+            .map(|x| {
+                normalise(
+                    &format!(
+                        "{:?}:{:?} -> {:?}",
+                        x.protocol(),
+                        x.port(),
+                        x.default_actions()
+                            .iter()
+                            .map(|a| (a.r#type().cloned(), a.target_group_arn().map(str::to_string)))
+                            .collect::<Vec<_>>()
+                    ),
+                    &r,
+                )
+            })
+            .collect();
+        l.sort();
+        d.insert("nlb.listeners".into(), l.join(" | "));
+    } else {
+        let elb = moto.elb();
+        let lbs = elb.describe_load_balancers().load_balancer_names(&name).send().await?;
+        let lb = lbs.load_balancer_descriptions().first().context("no ELB")?.clone();
+        r.push((lb.dns_name().unwrap_or_default().to_string(), "<lb-dns>".into()));
+        groups.extend(lb.security_groups().iter().cloned());
+        d.insert("clb.scheme".into(), format!("{:?}", lb.scheme()));
+        d.insert("clb.subnets".into(), lb.subnets().len().to_string());
+        d.insert("clb.instances".into(), lb.instances().len().to_string());
+        d.insert("clb.security-groups".into(), lb.security_groups().len().to_string());
+        let mut l: Vec<String> = lb
+            .listener_descriptions()
+            .iter()
+            .filter_map(|x| x.listener())
+            .map(|x| {
+                normalise(
+                    &format!(
+                        "{}:{} -> {:?}:{} cert={:?}",
+                        x.protocol(),
+                        x.load_balancer_port(),
+                        x.instance_protocol(),
+                        x.instance_port(),
+                        x.ssl_certificate_id()
+                    ),
+                    &r,
+                )
+            })
+            .collect();
+        l.sort();
+        d.insert("clb.listeners".into(), l.join(" | "));
+        d.insert(
+            "clb.health-check".into(),
+            normalise(
+                &lb.health_check()
+                    .map(|h| {
+                        format!(
+                            "{} interval={} timeout={} healthy={} unhealthy={}",
+                            h.target(),
+                            h.interval(),
+                            h.timeout(),
+                            h.healthy_threshold(),
+                            h.unhealthy_threshold()
+                        )
+                    })
+                    .unwrap_or_else(|| "none".into()),
+                &r,
+            ),
+        );
+        let attrs = elb.describe_load_balancer_attributes().load_balancer_name(&name).send().await?;
+        d.insert(
+            "clb.attributes".into(),
+            attrs
+                .load_balancer_attributes()
+                .map(|a| {
+                    format!(
+                        "cross-zone={:?} draining={:?}/{:?} idle={:?} access-log={:?}",
+                        a.cross_zone_load_balancing().map(|c| c.enabled()),
+                        a.connection_draining().map(|c| c.enabled()),
+                        a.connection_draining().and_then(|c| c.timeout()),
+                        a.connection_settings().map(|c| c.idle_timeout()),
+                        a.access_log().map(|c| c.enabled()),
+                    )
+                })
+                .unwrap_or_default(),
+        );
+        let tags = elb.describe_tags().load_balancer_names(&name).send().await?;
+        let mut t: Vec<String> = tags
+            .tag_descriptions()
+            .iter()
+            .flat_map(|td| td.tags().iter().map(|t| format!("{}={}", t.key(), t.value().unwrap_or_default())))
+            .collect();
+        t.sort();
+        d.insert("clb.tags".into(), normalise(&t.join(","), &r));
+    }
+    // The load balancer's own security groups, and what the node group lets in for it.
+    let kind = if nlb { "nlb" } else { "clb" };
+    for (i, g) in groups.iter().enumerate() {
+        r.push((g.clone(), format!("<lb-group-{i}>")));
+    }
+    for (i, g) in groups.iter().enumerate() {
+        let sgs = ec2.describe_security_groups().group_ids(g).send().await?;
+        let sg = sgs.security_groups().first().context("no group")?;
+        d.insert(format!("{kind}.group{i}.name"), normalise(sg.group_name().unwrap_or_default(), &r));
+        d.insert(format!("{kind}.group{i}.description"), normalise(sg.description().unwrap_or_default(), &r));
+        let mut rules: Vec<String> = sg
+            .ip_permissions()
+            .iter()
+            .map(|p| normalise(&permission(p), &r))
+            .collect();
+        rules.sort();
+        d.insert(format!("{kind}.group{i}.ingress"), rules.join(" | "));
+        let mut tags: Vec<String> = sg
+            .tags()
+            .iter()
+            .map(|t| format!("{}={}", t.key().unwrap_or_default(), t.value().unwrap_or_default()))
+            .collect();
+        tags.sort();
+        d.insert(format!("{kind}.group{i}.tags"), normalise(&tags.join(","), &r));
+    }
+    let node_group = ec2
+        .describe_security_groups()
+        .group_ids(&world.security_group_id)
+        .send()
+        .await?;
+    let mut rules: Vec<String> = node_group
+        .security_groups()
+        .first()
+        .map(|sg| sg.ip_permissions().to_vec())
+        .unwrap_or_default()
+        .iter()
+        .map(|p| normalise(&permission(p), &r))
+        .filter(|p| p.contains("<lb-group-") || p.contains("<node-port>"))
+        .collect();
+    rules.sort();
+    d.insert(format!("{kind}.node-group-ingress"), rules.join(" | "));
+    Ok(d)
+}
+
+fn permission(p: &aws_sdk_ec2::types::IpPermission) -> String {
+    let mut sources: Vec<String> = p
+        .ip_ranges()
+        .iter()
+        .map(|r| format!("{}({})", r.cidr_ip().unwrap_or_default(), r.description().unwrap_or_default()))
+        .chain(
+            p.user_id_group_pairs()
+                .iter()
+                .map(|g| format!("{}({})", g.group_id().unwrap_or_default(), g.description().unwrap_or_default())),
+        )
+        .collect();
+    sources.sort();
+    format!(
+        "{} {:?}-{:?} from {}",
+        p.ip_protocol().unwrap_or_default(),
+        p.from_port(),
+        p.to_port(),
+        sources.join(",")
+    )
+}
+
+/// Registers the instances' Nodes as a kubelet with `--cloud-provider=external` does.
+async fn register(nodes: &Api<Node>, instances: &[Instance]) -> Result<()> {
+    for i in instances {
+        nodes.create(&PostParams::default(), &tainted_node(&i.private_dns_name)).await?;
+        set_ready(nodes, &i.private_dns_name, "True").await?;
+    }
+    Ok(())
+}
+
+async fn initialised(nodes: &Api<Node>, name: &str) -> Result<Node> {
+    wait_for(&format!("{name} initialised with addresses"), T, || async {
+        let n = rcp_e2e::k8s::initialised(nodes, name).await?;
+        (!k8s_cloud_provider::node::helpers::addresses(&n).is_empty()).then_some(n)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn upstream_and_ours_make_the_same_nodes_and_load_balancers_and_ours_adopts_upstreams() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let moto = Moto::start().await?;
+    let world = moto.build_world(CLUSTER, 4).await?;
+    let client = cluster.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    // Instances 0 and 2, 1 and 3 share a zone: 0 and 1 are upstream's Nodes, 2 and 3 ours.
+    let (theirs, ours) = world.instances.split_at(2);
+
+    // Upstream: two Nodes, a Classic ELB and an NLB.
+    register(&nodes, theirs).await?;
+    let mut upstream = start_upstream(&cluster, &moto, &world)?;
+    for i in theirs {
+        initialised(&nodes, &i.private_dns_name).await.with_context(|| upstream.log())?;
+    }
+    services
+        .create(&PostParams::default(), &load_balancer_service("clb-up", &[], &[(80, "http")]))
+        .await?;
+    services
+        .create(&PostParams::default(), &load_balancer_service("nlb-up", &[("type", "nlb")], &[(80, "http")]))
+        .await?;
+    let clb_up = wait_for_ingress(&services, "clb-up", T).await.with_context(|| upstream.log())?;
+    let nlb_up = wait_for_ingress(&services, "nlb-up", T).await.with_context(|| upstream.log())?;
+    // Upstream finishes what it is doing (its calls stop), then stops.
+    let mut calls = moto.actions().len();
+    loop {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let now = moto.actions().len();
+        if now == calls {
+            break;
+        }
+        calls = now;
+    }
+    upstream.signal(Signal::SIGTERM)?;
+    upstream.wait_exit(Duration::from_secs(30))?;
+
+    // Ours takes over: two proven syncs (a start and a restart), not one mutating call.
+    let before = moto.actions().len();
+    let first = start_ours(&cluster, &moto, &world, "ccm-aws-take-over")?;
+    first.wait_service_reconciles(2.0, T).await.with_context(|| first.log())?;
+    let actions = moto.actions()[before..].to_vec();
+    assert!(!actions.is_empty(), "ours asked moto nothing?");
+    assert_eq!(
+        mutating(&actions),
+        Vec::<String>::new(),
+        "the take-over changed something: {actions:?}\n{}",
+        first.log()
+    );
+    drop(first);
+    let before = moto.actions().len();
+    let ccm = start_ours(&cluster, &moto, &world, "ccm-aws-take-over-again")?;
+    ccm.wait_service_reconciles(2.0, T).await.with_context(|| ccm.log())?;
+    let actions = moto.actions()[before..].to_vec();
+    assert_eq!(
+        mutating(&actions),
+        Vec::<String>::new(),
+        "the second sync changed something: {actions:?}\n{}",
+        ccm.log()
+    );
+    println!(
+        "take-over: {} calls over two syncs, 0 mutating",
+        moto.actions().len() - before
+    );
+
+    // Ours: two Nodes and the same two load balancers for Services of its own.
+    register(&nodes, ours).await?;
+    for i in ours {
+        initialised(&nodes, &i.private_dns_name).await.with_context(|| ccm.log())?;
+    }
+    services
+        .create(&PostParams::default(), &load_balancer_service("clb-ours", &[], &[(80, "http")]))
+        .await?;
+    services
+        .create(&PostParams::default(), &load_balancer_service("nlb-ours", &[("type", "nlb")], &[(80, "http")]))
+        .await?;
+    let clb_ours = wait_for_ingress(&services, "clb-ours", T).await.with_context(|| ccm.log())?;
+    let nlb_ours = wait_for_ingress(&services, "nlb-ours", T).await.with_context(|| ccm.log())?;
+    // Both node sets synced: every Service's load balancer has its 4 nodes.
+    ccm.wait_service_reconciles(4.0, T).await?;
+
+    // Compare.
+    let mut rows: Vec<(String, String, String)> = Vec::new();
+    let mut compare = |what: &str, up: BTreeMap<String, String>, us: BTreeMap<String, String>| {
+        let keys: std::collections::BTreeSet<&String> = up.keys().chain(us.keys()).collect();
+        for k in keys {
+            let (a, b) = (up.get(k).cloned().unwrap_or("—".into()), us.get(k).cloned().unwrap_or("—".into()));
+            if a != b {
+                rows.push((format!("{what}: {k}"), a, b));
+            }
+        }
+    };
+    for (j, (theirs_i, ours_i)) in theirs.iter().zip(ours).enumerate() {
+        let n_up = nodes.get(&theirs_i.private_dns_name).await?;
+        let n_us = nodes.get(&ours_i.private_dns_name).await?;
+        compare(&format!("node {j}"), describe_node(&n_up, theirs_i), describe_node(&n_us, ours_i));
+    }
+    let clb_up = services.get(clb_up.metadata.name.as_deref().unwrap_or_default()).await?;
+    let clb_ours = services.get(clb_ours.metadata.name.as_deref().unwrap_or_default()).await?;
+    let nlb_up = services.get(nlb_up.metadata.name.as_deref().unwrap_or_default()).await?;
+    let nlb_ours = services.get(nlb_ours.metadata.name.as_deref().unwrap_or_default()).await?;
+    compare(
+        "classic",
+        describe_load_balancer(&moto, &world, &clb_up).await?,
+        describe_load_balancer(&moto, &world, &clb_ours).await?,
+    );
+    compare(
+        "nlb",
+        describe_load_balancer(&moto, &world, &nlb_up).await?,
+        describe_load_balancer(&moto, &world, &nlb_ours).await?,
+    );
+    let events = |name: &str| {
+        let client = client.clone();
+        let name = name.to_string();
+        async move {
+            let list = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client, "default")
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default();
+            let mut reasons: Vec<String> = list
+                .into_iter()
+                .filter(|e| e.involved_object.name.as_deref() == Some(name.as_str()))
+                .filter_map(|e| e.reason)
+                .collect();
+            reasons.sort();
+            reasons.dedup();
+            reasons.join(",")
+        }
+    };
+    compare(
+        "classic",
+        [("service.events".to_string(), events("clb-up").await)].into(),
+        [("service.events".to_string(), events("clb-ours").await)].into(),
+    );
+
+    println!("upstream aws-cloud-controller-manager {} vs ours: {} differences", upstream_version(), rows.len());
+    println!("| field | upstream | ours |\n|---|---|---|");
+    for (k, a, b) in &rows {
+        println!("| {k} | {a} | {b} |");
+    }
+    let undocumented: Vec<&(String, String, String)> = rows
+        .iter()
+        .filter(|(k, _, _)| !DOCUMENTED_DIFFERENCES.iter().any(|(field, _)| k.ends_with(field)))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "differences from upstream that docs/migration.md does not list: {undocumented:#?}"
+    );
+    Ok(())
+}
+
+fn upstream_version() -> String {
+    paths::test_bin("aws-cloud-controller-manager")
+        .ok()
+        .and_then(|b| std::process::Command::new(b).arg("--version").output().ok())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
