@@ -72,6 +72,20 @@ hack/openstack.sh start >/dev/null
 phase "cargo nextest run --workspace"
 cargo nextest run --workspace --locked --profile ci "${NEXTEST_ARGS[@]}"
 
+phase "the window's oldest minor: core scenarios on $(readlink -f "$CACHE/bin-oldest/kube-apiserver" | sed 's|.*/kubernetes-\(v[^/]*\)/.*|\1|')"
+# The same test binaries with the oldest tested minor's API server, kubelet, controller-manager
+# and scheduler (README "Kubernetes versions"): Node initialisation, a Classic ELB, an NLB, an
+# OpenStack load balancer, and on real kubelets the AWS fail-over scenario, a vSphere Node and
+# the ECR pull.
+RCP_TEST_BIN_DIR="$CACHE/bin-oldest" cargo nextest run --workspace --locked --profile ci \
+  -E 'test(~tainted_node_is_initialised_with_labels_provider_id_and_addresses)
+    | test(~classic_elb_with_annotations_follows_nodes_and_leaves_nothing_behind)
+    | test(~nlb_with_target_groups_targets_and_node_rules_and_a_type_switch_leave_nothing)
+    | test(~annotations_reach_octavia_and_follow_changes)
+    | test(~aws_ccm_pods_initialise_kubelet_nodes_serve_a_load_balancer_and_fail_over)
+    | test(~vsphere_ccm_pods_initialise_kubelet_nodes_and_fail_over)
+    | test(~the_kubelet_pulls_from_ecr_with_the_credentials_of_ecr_credential_provider)'
+
 phase "local-up-cluster smoke run (the README's main job)"
 LOCAL_UP_EXIT_AFTER_START=1 hack/local-up-cluster.sh > "${TMPDIR:-/tmp}/local-up-cluster.log" 2>&1 || {
   cat "${TMPDIR:-/tmp}/local-up-cluster.log"; echo "[test.sh] hack/local-up-cluster.sh failed" >&2; exit 1; }

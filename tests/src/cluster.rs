@@ -138,6 +138,9 @@ impl TestCluster {
             format!("--etcd-servers={client_url}"),
             "--bind-address=127.0.0.1".into(),
             "--advertise-address=127.0.0.1".into(),
+            // Current releases refuse a loopback address in the `kubernetes` Service's
+            // endpoints; nothing here reaches the API server through that Service.
+            "--endpoint-reconciler-type=none".into(),
             format!("--secure-port={secure_port}"),
             format!("--cert-dir={}", d.join("certs").display()),
             format!("--token-auth-file={}", d.join("tokens.csv").display()),
@@ -382,11 +385,11 @@ impl TestCluster {
             sas.create(&PostParams::default(), &sa).await?;
         }
         let request = TokenRequest {
-            spec: TokenRequestSpec {
-                audiences: vec!["https://kubernetes.default.svc".into()],
+            spec: Some(TokenRequestSpec {
+                audiences: Some(vec!["https://kubernetes.default.svc".into()]),
                 expiration_seconds: Some(3600),
                 ..Default::default()
-            },
+            }),
             ..Default::default()
         };
         let answer: TokenRequest = sas
@@ -395,8 +398,8 @@ impl TestCluster {
             .with_context(|| format!("TokenRequest for service account {namespace}/{name}"))?;
         let token = answer
             .status
-            .context("TokenRequest answered without status")?
-            .token;
+            .and_then(|s| s.token)
+            .context("TokenRequest answered without a token")?;
         let user = format!("system:serviceaccount:{namespace}:{name}");
         let path = self.dir.path().join(format!("sa-{namespace}-{name}.kubeconfig"));
         std::fs::write(&path, kubeconfig_yaml(&self.server, &user, &token, None))?;

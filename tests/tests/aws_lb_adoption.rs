@@ -25,7 +25,7 @@ use kube::{
 use rcp_e2e::{
     Moto, TestCluster,
     ccm::CcmProcess,
-    k8s::{ingress_hostname, load_balancer_service, set_ready, wait_for, wait_for_ingress},
+    k8s::{ingress_hostname, load_balancer_service, set_ready, wait_for_ingress},
     moto::{World, mutating},
 };
 use sha1::Digest as _;

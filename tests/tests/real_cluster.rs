@@ -45,7 +45,7 @@ async fn scenario(
     let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
     for i in 0..2 {
         let node = up.wait_initialised(i).await?;
-        let m = &up.machines[i];
+        let m = up.machines[i].clone();
         assert_eq!(
             node.spec.as_ref().and_then(|s| s.provider_id.as_deref()),
             Some(m.provider_id.as_str())

@@ -128,6 +128,8 @@ struct State {
     routes: BTreeMap<String, Route>,
     /// `(prefix, remaining)`: calls starting with `prefix` panic while `remaining` > 0.
     panics: Vec<(String, u32)>,
+    /// When set, load balancers answer with this address instead of their hostname.
+    ingress_ip: Option<String>,
 }
 
 /// The fake provider. Cheap to clone; clones share state.
@@ -202,6 +204,12 @@ impl FakeCloud {
     /// Makes `method` succeed again.
     pub fn clear_failure(&self, method: &str) {
         self.state.lock().failures.remove(method);
+    }
+
+    /// Makes load balancers answer with `ip` in their status (`ingress[].ip`, no `ipMode`, as
+    /// providers written before 1.29 do) instead of a hostname; `None` goes back to hostnames.
+    pub fn set_ingress_ip(&self, ip: Option<&str>) {
+        self.state.lock().ingress_ip = ip.map(str::to_string);
     }
 
     /// Makes every call take this long.
@@ -428,11 +436,17 @@ fn node_names(nodes: &[Arc<Node>]) -> Vec<String> {
     v
 }
 
-fn status_for(lb: &FakeLoadBalancer) -> LoadBalancerStatus {
+fn status_for(lb: &FakeLoadBalancer, ip: Option<&String>) -> LoadBalancerStatus {
     LoadBalancerStatus {
-        ingress: Some(vec![LoadBalancerIngress {
-            hostname: Some(lb.hostname.clone()),
-            ..Default::default()
+        ingress: Some(vec![match ip {
+            Some(ip) => LoadBalancerIngress {
+                ip: Some(ip.clone()),
+                ..Default::default()
+            },
+            None => LoadBalancerIngress {
+                hostname: Some(lb.hostname.clone()),
+                ..Default::default()
+            },
         }]),
     }
 }
@@ -446,7 +460,11 @@ impl LoadBalancer for FakeCloud {
     ) -> CloudResult<Option<LoadBalancerStatus>> {
         self.call("GetLoadBalancer", service_key(service)).await?;
         let name = default_load_balancer_name(service);
-        Ok(self.state.lock().load_balancers.get(&name).map(status_for))
+        let state = self.state.lock();
+        Ok(state
+            .load_balancers
+            .get(&name)
+            .map(|lb| status_for(lb, state.ingress_ip.as_ref())))
     }
     async fn ensure_load_balancer(
         &self,
@@ -466,8 +484,9 @@ impl LoadBalancer for FakeCloud {
             nodes: names,
             hostname: format!("{name}.lb.fake"),
         };
-        let status = status_for(&lb);
-        self.state.lock().load_balancers.insert(name, lb);
+        let mut state = self.state.lock();
+        let status = status_for(&lb, state.ingress_ip.as_ref());
+        state.load_balancers.insert(name, lb);
         Ok(status)
     }
     async fn update_load_balancer(

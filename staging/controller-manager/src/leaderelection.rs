@@ -34,7 +34,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client,
-    api::{ObjectMeta, Patch, PatchParams, PostParams},
+    api::{ApiResource, DynamicObject, ObjectMeta, PostParams},
 };
 use parking_lot::Mutex;
 use prometheus::IntGaugeVec;
@@ -147,6 +147,39 @@ impl LeaderElector {
         self.api.lock().clone()
     }
 
+    /// The Lease as stored (every field, including those this build's types do not know) and
+    /// as the elector reads it.
+    async fn get_lease(&self) -> Result<Option<(Lease, DynamicObject)>, kube::Error> {
+        let raw_api: Api<DynamicObject> = Api::namespaced_with(
+            self.api().into_client(),
+            &self.config.namespace,
+            &ApiResource::erase::<Lease>(&()),
+        );
+        let Some(raw) = raw_api.get_opt(&self.config.name).await? else {
+            return Ok(None);
+        };
+        let lease: Lease = serde_json::to_value(&raw)
+            .and_then(serde_json::from_value)
+            .map_err(kube::Error::SerdeError)?;
+        Ok(Some((lease, raw)))
+    }
+
+    /// Writes the elector's fields of `lease` into `raw` (the Lease as read) and updates it
+    /// under the read resourceVersion. An update, not a patch, so that the `update` verb on
+    /// Leases (what upstream's RBAC grants) is all it needs; of the read object, so that no field
+    /// is dropped (see [`with_elector_fields`]).
+    async fn write_lease(&self, raw: DynamicObject, lease: &Lease) -> Result<(), kube::Error> {
+        let raw_api: Api<DynamicObject> = Api::namespaced_with(
+            self.api().into_client(),
+            &self.config.namespace,
+            &ApiResource::erase::<Lease>(&()),
+        );
+        raw_api
+            .replace(&self.config.name, &PostParams::default(), &with_elector_fields(raw, lease))
+            .await
+            .map(|_| ())
+    }
+
     /// The election's settings.
     pub fn config(&self) -> &LeaderElectionConfig {
         &self.config
@@ -257,7 +290,7 @@ impl LeaderElector {
         let now = Timestamp::now();
         let me = self.config.identity.as_str();
         let duration_secs = self.config.lease_duration.as_secs().max(1) as i32;
-        let Some(mut lease) = api.get_opt(&self.config.name).await? else {
+        let Some((mut lease, raw)) = self.get_lease().await? else {
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.config.name.clone()),
@@ -306,11 +339,8 @@ impl LeaderElector {
         spec.holder_identity = Some(me.to_string());
         spec.lease_duration_seconds = Some(duration_secs);
         spec.renew_time = Some(MicroTime(now));
-        // The patch carries the read resourceVersion: a concurrent writer makes this a 409.
-        match api
-            .patch(&self.config.name, &PatchParams::default(), &Patch::Merge(lease_patch(&lease)))
-            .await
-        {
+        // The update carries the read resourceVersion: a concurrent writer makes this a 409.
+        match self.write_lease(raw, &lease).await {
             Ok(_) => {
                 self.observe(me, Some(now), self.config.lease_duration);
                 *self.last_renew.lock() = Some(sent);
@@ -343,9 +373,8 @@ impl LeaderElector {
     /// Releases the lease if its holder is this candidate's identity, whatever this elector
     /// object believes (used for a lock acquired by another elector of the same identity).
     pub async fn release_held_by_identity(&self) {
-        let api = self.api();
         let result = async {
-            let Some(mut lease) = api.get_opt(&self.config.name).await? else {
+            let Some((mut lease, raw)) = self.get_lease().await? else {
                 return Ok(());
             };
             let spec = lease.spec.get_or_insert_with(Default::default);
@@ -357,9 +386,7 @@ impl LeaderElector {
             spec.lease_duration_seconds = Some(1);
             spec.renew_time = Some(now.clone());
             spec.acquire_time = Some(now);
-            api.patch(&self.config.name, &PatchParams::default(), &Patch::Merge(lease_patch(&lease)))
-                .await
-                .map(|_| ())
+            self.write_lease(raw, &lease).await
         }
         .await;
         match result {
@@ -369,23 +396,37 @@ impl LeaderElector {
     }
 }
 
-/// The JSON merge patch that writes the lease fields an elector owns (holder, duration, acquire
-/// and renew times, transitions; a `None` clears the field) under `metadata.resourceVersion`, so
-/// that a concurrent writer makes it a `409 Conflict` as an update would. Other fields of the
-/// Lease, including those of API versions newer than this build knows (coordinated leader
-/// election's `strategy` and `preferredHolder`), are left as they are.
-pub fn lease_patch(lease: &Lease) -> serde_json::Value {
+/// `raw` (a Lease as read) with the fields an elector owns (holder, duration, acquire and renew
+/// times, transitions; a `None` removes the field) taken from `lease`. Every other field of the
+/// stored object, including those of API versions newer than this build knows (coordinated
+/// leader election's `strategy` and `preferredHolder`, and whatever comes next), is written back
+/// as it was read: a Lease built from this build's types would drop them.
+pub fn with_elector_fields(mut raw: DynamicObject, lease: &Lease) -> DynamicObject {
     let spec = lease.spec.clone().unwrap_or_default();
-    serde_json::json!({
-        "metadata": { "resourceVersion": lease.metadata.resource_version },
-        "spec": {
-            "holderIdentity": spec.holder_identity,
-            "leaseDurationSeconds": spec.lease_duration_seconds,
-            "acquireTime": spec.acquire_time,
-            "renewTime": spec.renew_time,
-            "leaseTransitions": spec.lease_transitions,
+    let owned = serde_json::json!({
+        "holderIdentity": spec.holder_identity,
+        "leaseDurationSeconds": spec.lease_duration_seconds,
+        "acquireTime": spec.acquire_time,
+        "renewTime": spec.renew_time,
+        "leaseTransitions": spec.lease_transitions,
+    });
+    if !raw.data.is_object() {
+        raw.data = serde_json::json!({});
+    }
+    let data = raw.data.as_object_mut().expect("made an object above");
+    let target = data.entry("spec").or_insert_with(|| serde_json::json!({}));
+    if !target.is_object() {
+        *target = serde_json::json!({});
+    }
+    let target = target.as_object_mut().expect("made an object above");
+    for (key, value) in owned.as_object().into_iter().flatten() {
+        if value.is_null() {
+            target.remove(key);
+        } else {
+            target.insert(key.clone(), value.clone());
         }
-    })
+    }
+    raw
 }
 
 /// `<hostname>_<uuid>`, as upstream builds identities.
@@ -501,6 +542,40 @@ impl LeaderSession {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lease_write_keeps_every_field_it_does_not_own() {
+        let raw: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "cloud-controller-manager", "namespace": "kube-system", "resourceVersion": "7"},
+            "spec": {
+                "holderIdentity": "old",
+                "leaseDurationSeconds": 15,
+                "acquireTime": "2026-01-01T00:00:00.000000Z",
+                "preferredHolder": "someone",
+                "aFieldOfAFutureRelease": {"x": 1}
+            }
+        }))
+        .unwrap();
+        let lease = Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: Some("me".into()),
+                lease_duration_seconds: Some(15),
+                renew_time: Some(MicroTime("2026-02-02T00:00:00Z".parse().unwrap())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let written = serde_json::to_value(with_elector_fields(raw, &lease)).unwrap();
+        assert_eq!(written["metadata"]["resourceVersion"], "7");
+        let spec = &written["spec"];
+        assert_eq!(spec["holderIdentity"], "me");
+        assert_eq!(spec["preferredHolder"], "someone");
+        assert_eq!(spec["aFieldOfAFutureRelease"], serde_json::json!({"x": 1}));
+        assert!(spec.get("acquireTime").is_none(), "a None of the elector's clears the field");
+        assert!(spec["renewTime"].as_str().unwrap().starts_with("2026-02-02T00:00:00"));
+    }
 
     fn cfg(lease: u64, renew: u64, retry: u64) -> LeaderElectionConfig {
         LeaderElectionConfig {
