@@ -35,7 +35,7 @@ LOGS="$CACHE/logs"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # The one place the Kubernetes version is pinned: hack/kube/go.mod.
 KUBE_MODULE_DIR="$ROOT/hack/kube"
-KUBE_VERSION=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print $2; exit }' "$KUBE_MODULE_DIR/go.mod")
+KUBE_VERSION=$(awk '{ for (i = 1; i < NF; i++) if ($i == "k8s.io/kubernetes" && $(i + 1) ~ /^v/) { print $(i + 1); exit } }' "$KUBE_MODULE_DIR/go.mod")
 KUBE_DIR="$CACHE/kubernetes-$KUBE_VERSION"
 KUBE_FULL_CMDS=(kube-apiserver kubelet kube-controller-manager kube-scheduler kubectl etcd)
 # Debian's Go, for the 1.19-era govmomi sources of vcsim (a current Go refuses their GOPATH build).
@@ -181,15 +181,15 @@ modern_go() {
 }
 build_kubernetes() {
   local mod=$1 out=$2 what=$3 version stamp go cmds pkgs c
-  version=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print $2; exit }' "$mod/go.mod")
-  stamp=$(cat "$mod/go.mod" "$mod/go.sum" "$mod"/*/main.go 2>/dev/null | sha256sum | cut -c1-16)
+  version=$(awk '{ for (i = 1; i < NF; i++) if ($i == "k8s.io/kubernetes" && $(i + 1) ~ /^v/) { print $(i + 1); exit } }' "$mod/go.mod")
+  stamp=$(find "$mod" -name go.mod -o -name go.sum -o -name '*.go' | sort | xargs cat | sha256sum | cut -c1-16)
   if [[ $what == full ]]; then cmds=("${KUBE_FULL_CMDS[@]}"); else cmds=(kube-apiserver kubelet kube-controller-manager kube-scheduler); fi
   if [[ $(cat "$out/.stamp" 2>/dev/null) == "$stamp" ]]; then
     step kubernetes "cached: ${cmds[*]} $version ($out)"
     return 0
   fi
   go=$(modern_go "$mod")
-  step kubernetes "building ${cmds[*]} $version from Go modules with $($go env GOVERSION) (~20 min on 2 cores when cold)"
+  step kubernetes "building ${cmds[*]} $version from Go modules with $($go env GOVERSION) (~8 min on 2 cores when cold)"
   mkdir -p "$out" "$KUBE_GO_CACHE/mod" "$KUBE_GO_CACHE/build"
   pkgs=()
   for c in "${cmds[@]}"; do
@@ -238,7 +238,7 @@ fi
 # (made at the end of this script). hack/test.sh runs the core scenarios with
 # RCP_TEST_BIN_DIR=bin-oldest.
 KUBE_OLDEST_MODULE_DIR="$ROOT/hack/kube-oldest"
-KUBE_OLDEST_VERSION=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print $2; exit }' "$KUBE_OLDEST_MODULE_DIR/go.mod")
+KUBE_OLDEST_VERSION=$(awk '{ for (i = 1; i < NF; i++) if ($i == "k8s.io/kubernetes" && $(i + 1) ~ /^v/) { print $(i + 1); exit } }' "$KUBE_OLDEST_MODULE_DIR/go.mod")
 KUBE_OLDEST_DIR="$CACHE/kubernetes-$KUBE_OLDEST_VERSION"
 if ! skipped kubernetes-oldest; then
   build_kubernetes "$KUBE_OLDEST_MODULE_DIR" "$KUBE_OLDEST_DIR" control
@@ -247,7 +247,7 @@ fi
 # 2b. The newest upstream AWS cloud-controller-manager (k8s.io/cloud-provider-aws, pinned in
 #     hack/aws-ccm/go.mod), for the side-by-side tests and benchmarks.
 AWS_CCM_MODULE_DIR="$ROOT/hack/aws-ccm"
-AWS_CCM_VERSION=$(awk '$1 == "k8s.io/cloud-provider-aws" && $2 ~ /^v/ { print $2; exit }' "$AWS_CCM_MODULE_DIR/go.mod")
+AWS_CCM_VERSION=$(awk '{ for (i = 1; i < NF; i++) if ($i == "k8s.io/cloud-provider-aws" && $(i + 1) ~ /^v/) { print $(i + 1); exit } }' "$AWS_CCM_MODULE_DIR/go.mod")
 AWS_CCM_DIR="$CACHE/aws-cloud-controller-manager-$AWS_CCM_VERSION"
 if ! skipped aws-ccm; then
   stamp=$(cat "$AWS_CCM_MODULE_DIR/go.mod" "$AWS_CCM_MODULE_DIR/go.sum" | sha256sum | cut -c1-16)

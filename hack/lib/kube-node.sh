@@ -16,7 +16,7 @@
 #
 # DIR holds what the caller prepared: kubelet.kubeconfig, kubelet.yaml (a KubeletConfiguration),
 # kubelet.args (one kubelet flag per line), cni-template.json (containerd renders the node's CNI
-# configuration from it once kubelet knows the Node's Pod CIDR), node-ip, optionally extra-ips, hosts (the
+# configuration from it once kubelet knows the Node's Pod CIDR), node-ip, optionally extra-ips, machine-id, hosts (the
 # node's /etc/hosts) and registry-cas (lines "HOST CA-FILE"), and images.list (lines "ARCHIVE NAME": OCI
 # archives imported into containerd, tagged NAME:<their tag>, before kubelet starts). This script
 # writes containerd.toml and the node's state (containerd/, kubelet/, log/, run/, lib/, cni/) into
@@ -103,6 +103,9 @@ mount --bind "$DIR/lib" /var/lib
 if [[ -d /usr/libexec ]]; then mount --bind "$DIR/libexec" /usr/libexec; fi
 # Host names the node resolves its own way (e.g. a registry's, to 127.0.0.1), when given.
 if [[ -f "$DIR/hosts" ]]; then mount --bind "$DIR/hosts" /etc/hosts; fi
+# The machine's UUID, when given (DIR/machine-id): without DMI data the kubelet reports
+# /etc/machine-id as the Node's systemUUID, which a VM's BIOS UUID is on vSphere.
+if [[ -f "$DIR/machine-id" ]]; then mount --bind "$DIR/machine-id" /etc/machine-id; fi
 for s in kernel/panic:10 kernel/panic_on_oops:1 vm/overcommit_memory:1; do
   f=$DIR/sysctl/${s%%:*}; mkdir -p "$(dirname "$f")"; echo "${s##*:}" > "$f"
   mount --bind "$f" "/proc/sys/${s%%:*}"
@@ -116,8 +119,8 @@ ip link set lo up
 ip addr add "$NODE_IP/32" dev eth0
 # Addresses of the node that the cloud does not know (DIR/extra-ips, one a line; tests of a
 # kubelet --node-ip the CCM must refuse).
-while read -r extra; do
-  [[ -n $extra ]] && ip addr add "$extra/32" dev eth0
+while read -r extra || [[ -n $extra ]]; do
+  [[ -z $extra ]] || ip addr add "$extra/32" dev eth0
 done < <(cat "$DIR/extra-ips" 2>/dev/null || true)
 ip link set eth0 up
 ip route add 169.254.123.1/32 dev eth0 src "$NODE_IP"

@@ -63,6 +63,10 @@ pub struct NodeOptions {
     /// More addresses of the node's interface, which the cloud does not know (a kubelet's
     /// `--node-ip` must be one of the node's own addresses).
     pub extra_ips: Vec<String>,
+    /// The machine's UUID as the kubelet reports it (`status.nodeInfo.systemUUID`; a VM's BIOS
+    /// UUID). This kind of machine has no DMI data, so the kubelet reports `/etc/machine-id`:
+    /// the node gets its own file there.
+    pub system_uuid: Option<String>,
     /// More kubelet flags.
     pub kubelet_args: Vec<String>,
     /// Host names the node resolves to addresses of its own choosing (`/etc/hosts` entries).
@@ -87,6 +91,26 @@ impl KubeNode {
     /// The last `n` lines of the kubelet's log.
     pub fn kubelet_log(&self, n: usize) -> String {
         crate::process::tail(&self.dir.join("kubelet.log"), n)
+    }
+
+    /// The last `n` lines of the logs of this node's containers of `namespace/pod` (from the
+    /// node's `/var/log/pods`, readable when the API server cannot reach the kubelet: a Node
+    /// without an InternalIP yet, before the CCM gave it one).
+    pub fn container_logs(&self, namespace: &str, pod: &str, n: usize) -> String {
+        let pods = self.dir.join("log").join("pods");
+        let mut out = String::new();
+        for dir in std::fs::read_dir(&pods).into_iter().flatten().flatten() {
+            let name = dir.file_name().to_string_lossy().into_owned();
+            if !name.starts_with(&format!("{namespace}_{pod}_")) {
+                continue;
+            }
+            for container in std::fs::read_dir(dir.path()).into_iter().flatten().flatten() {
+                for file in std::fs::read_dir(container.path()).into_iter().flatten().flatten() {
+                    out.push_str(&crate::process::tail(&file.path(), n));
+                }
+            }
+        }
+        out
     }
 
     /// The pid of the node's script (its cgroups are `/rcp-node-<pid>`), while it runs.
@@ -313,7 +337,13 @@ impl RealCluster {
         std::fs::write(dir.join("registry-cas"), cas)?;
         std::fs::write(dir.join("kubelet.args"), args.join("\n") + "\n")?;
         std::fs::write(dir.join("node-ip"), &options.ip)?;
-        std::fs::write(dir.join("extra-ips"), options.extra_ips.join("\n"))?;
+        if let Some(uuid) = &options.system_uuid {
+            std::fs::write(dir.join("machine-id"), format!("{uuid}\n"))?;
+        }
+        std::fs::write(
+            dir.join("extra-ips"),
+            options.extra_ips.iter().map(|ip| format!("{ip}\n")).collect::<String>(),
+        )?;
         std::fs::write(
             dir.join("cni-template.json"),
             format!(

@@ -276,8 +276,11 @@ impl LocalUp {
         extra_ips: Vec<String>,
     ) -> Result<()> {
         let m = self.machines.get(i).context("no such machine")?.clone();
+        // A vSphere VM's BIOS UUID is what its kubelet reports as the system UUID.
+        let system_uuid = m.provider_id.strip_prefix("vsphere://").map(str::to_string);
         self.cluster
             .start_node(NodeOptions {
+                system_uuid,
                 name: m.name,
                 ip: m.ip,
                 labels: if control_plane {
@@ -415,6 +418,18 @@ impl LocalUp {
     /// the CCM Pods' logs and the kubelets' logs.
     pub fn diagnostics(&mut self) -> String {
         let mut out = String::new();
+        // The CCM Pods' logs read on their nodes, for when the API server cannot reach a
+        // kubelet (a Node without an InternalIP yet: the CCM had not initialised it).
+        let pods = self.ccm_pod_names().unwrap_or_default();
+        let mut node_logs = String::new();
+        for node in self.cluster.nodes() {
+            for pod in &pods {
+                let logs = node.container_logs("kube-system", pod, 40);
+                if !logs.is_empty() {
+                    node_logs.push_str(&format!("--- {pod} on {} (its /var/log/pods) ---\n{logs}\n", node.name));
+                }
+            }
+        }
         let kubectl = |args: &[&str]| {
             self.cluster
                 .cluster
@@ -434,6 +449,7 @@ impl LocalUp {
                 kubectl(&["-n", "kube-system", "logs", &pod, "--tail=40"])
             ));
         }
+        out.push_str(&node_logs);
         for node in self.cluster.nodes() {
             out.push_str(&format!(
                 "--- kubelet {} ---\n{}\n",
