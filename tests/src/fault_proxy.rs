@@ -43,6 +43,10 @@ pub enum Action {
     Hang,
     /// The connection is reset without an answer (hyper drops it mid-exchange).
     Reset,
+    /// The request is forwarded and its answer's body passed through this function: an
+    /// emulator made to answer as the real service does (e.g. the default health check real
+    /// AWS reports for a Classic ELB, which moto leaves out).
+    Rewrite(fn(&str) -> String),
     /// The request is forwarded (so the operation happens) but the answer is replaced by
     /// this status and body: a lost answer.
     LoseAnswer {
@@ -527,6 +531,7 @@ async fn handle(
                         .map(str::to_string)
                         .unwrap_or_else(|| format!("HTTP {status}")),
                     Action::LoseAnswer { .. } => "LostAnswer".into(),
+                    Action::Rewrite(_) => "Rewrite".into(),
                     Action::Delay(_) | Action::DelayAnswer(_) => "Delay".into(),
                     Action::Reset => "Reset".into(),
                     Action::Drop | Action::Hang => "Other".into(),
@@ -541,8 +546,13 @@ async fn handle(
     };
     let mut lose_answer = None;
     let mut answer_delay = None;
+    let mut rewrite = None;
     let outcome = match action {
         None => Outcome::Forward,
+        Some(Action::Rewrite(f)) => {
+            rewrite = Some(f);
+            Outcome::Forward
+        }
         Some(Action::DelayAnswer(d)) => {
             answer_delay = Some(d);
             Outcome::Forward
@@ -599,6 +609,20 @@ async fn handle(
     let sent = forward.body(body).send().await;
     if let Some(delay) = answer_delay {
         tokio::time::sleep(delay).await;
+    }
+    if let (Some(f), Ok(resp)) = (rewrite, sent.as_ref().map_err(|_| ())) {
+        let status = resp.status();
+        let content_type = resp.headers().get(http::header::CONTENT_TYPE).cloned();
+        let text = match sent {
+            Ok(resp) => resp.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        let mut r = Response::new(full(f(&text)));
+        *r.status_mut() = status;
+        if let Some(ct) = content_type {
+            r.headers_mut().insert(http::header::CONTENT_TYPE, ct);
+        }
+        return Ok(r);
     }
     if let Some((status, body)) = lose_answer {
         // The operation happened upstream (its answer is read and thrown away).
