@@ -105,7 +105,11 @@ impl KubeNode {
                 continue;
             }
             for container in std::fs::read_dir(dir.path()).into_iter().flatten().flatten() {
-                for file in std::fs::read_dir(container.path()).into_iter().flatten().flatten() {
+                for file in std::fs::read_dir(container.path())
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                {
                     out.push_str(&crate::process::tail(&file.path(), n));
                 }
             }
@@ -342,7 +346,11 @@ impl RealCluster {
         }
         std::fs::write(
             dir.join("extra-ips"),
-            options.extra_ips.iter().map(|ip| format!("{ip}\n")).collect::<String>(),
+            options
+                .extra_ips
+                .iter()
+                .map(|ip| format!("{ip}\n"))
+                .collect::<String>(),
         )?;
         std::fs::write(
             dir.join("cni-template.json"),

@@ -263,7 +263,8 @@ impl LocalUp {
 
     /// Starts a node on machine `i` (a control-plane one gets the label the DaemonSet selects).
     pub async fn start_node(&mut self, i: usize, control_plane: bool) -> Result<()> {
-        self.start_node_with(i, control_plane, Vec::new(), Vec::new()).await
+        self.start_node_with(i, control_plane, Vec::new(), Vec::new())
+            .await
     }
 
     /// [`Self::start_node`] with more kubelet flags, and addresses of the node's own that the
@@ -426,7 +427,10 @@ impl LocalUp {
             for pod in &pods {
                 let logs = node.container_logs("kube-system", pod, 40);
                 if !logs.is_empty() {
-                    node_logs.push_str(&format!("--- {pod} on {} (its /var/log/pods) ---\n{logs}\n", node.name));
+                    node_logs.push_str(&format!(
+                        "--- {pod} on {} (its /var/log/pods) ---\n{logs}\n",
+                        node.name
+                    ));
                 }
             }
         }

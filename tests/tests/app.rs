@@ -119,7 +119,10 @@ async fn exactly_one_leader_runs_controllers_and_fails_over_on_kill_and_sigterm(
         .into_iter()
         .filter(|e| e["objectRef"]["resource"] == "leases" && e["objectRef"]["name"] == LEASE)
         .collect();
-    assert!(lease_writes.iter().filter(|e| e["verb"] == "update").count() >= 3, "renewals audited");
+    assert!(
+        lease_writes.iter().filter(|e| e["verb"] == "update").count() >= 3,
+        "renewals audited"
+    );
     for e in &lease_writes {
         match e["verb"].as_str() {
             Some("create" | "update") => {}
@@ -179,7 +182,12 @@ async fn a_rotated_service_account_token_is_read_again_and_the_old_one_may_die()
                 ..Default::default()
             };
             let answer: TokenRequest = accounts
-                .create_subresource("token", "cloud-controller-manager", &PostParams::default(), &request)
+                .create_subresource(
+                    "token",
+                    "cloud-controller-manager",
+                    &PostParams::default(),
+                    &request,
+                )
                 .await?;
             let token = answer.status.and_then(|s| s.token).unwrap_or_default();
             rcp_e2e::secrets::register(&token);
@@ -199,9 +207,17 @@ async fn a_rotated_service_account_token_is_read_again_and_the_old_one_may_die()
             token_file.display()
         ),
     )?;
-    let mut ccm = CcmProcess::start(FAKE, "ccm-rotation", &kubeconfig, cluster.dir(), &args(&config, &[]))?;
+    let mut ccm = CcmProcess::start(
+        FAKE,
+        "ccm-rotation",
+        &kubeconfig,
+        cluster.dir(),
+        &args(&config, &[]),
+    )?;
     let nodes: Api<Node> = Api::all(client.clone());
-    nodes.create(&PostParams::default(), &tainted_node("rotation-a")).await?;
+    nodes
+        .create(&PostParams::default(), &tainted_node("rotation-a"))
+        .await?;
     wait_for("rotation-a initialised", Duration::from_secs(60), || {
         rcp_e2e::k8s::initialised(&nodes, "rotation-a")
     })
@@ -229,13 +245,21 @@ async fn a_rotated_service_account_token_is_read_again_and_the_old_one_may_die()
     .await;
     refused?;
 
-    nodes.create(&PostParams::default(), &tainted_node("rotation-b")).await?;
-    wait_for("rotation-b initialised after the old token died", Duration::from_secs(60), || {
-        rcp_e2e::k8s::initialised(&nodes, "rotation-b")
-    })
+    nodes
+        .create(&PostParams::default(), &tainted_node("rotation-b"))
+        .await?;
+    wait_for(
+        "rotation-b initialised after the old token died",
+        Duration::from_secs(60),
+        || rcp_e2e::k8s::initialised(&nodes, "rotation-b"),
+    )
     .await?;
     ccm.check_running()?;
-    assert!(ccm.is_leader(LEASE).await, "the CCM kept its lease:\n{}", ccm.log());
+    assert!(
+        ccm.is_leader(LEASE).await,
+        "the CCM kept its lease:\n{}",
+        ccm.log()
+    );
     assert!(!ccm.log().contains("Unauthorized"), "{}", ccm.log());
     Ok(())
 }

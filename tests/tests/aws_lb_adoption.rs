@@ -86,7 +86,6 @@ fn node_port(s: &Service) -> i32 {
         .unwrap_or_default()
 }
 
-
 /// The Go provider's Classic ELB for `svc`: `k8s-elb-<name>` with its port and ICMP 3/4 rules,
 /// the ELB with cluster and service tags, upstream's default health check and attributes, the
 /// instances, and the node group's "all traffic from the ELB group" rule.

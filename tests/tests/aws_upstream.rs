@@ -138,7 +138,13 @@ fn start_upstream(cluster: &TestCluster, moto: &Moto, aws: &str, world: &World) 
 }
 
 /// Ours, as `deploy/aws/base` runs it (its ServiceAccount and RBAC).
-fn start_ours(cluster: &TestCluster, moto: &Moto, aws: &str, world: &World, name: &str) -> Result<CcmProcess> {
+fn start_ours(
+    cluster: &TestCluster,
+    moto: &Moto,
+    aws: &str,
+    world: &World,
+    name: &str,
+) -> Result<CcmProcess> {
     let config = cluster.dir().join("cloud.conf");
     std::fs::write(&config, moto.cloud_config(world).replace(moto.endpoint(), aws))?;
     CcmProcess::start_with_env(
@@ -194,7 +200,10 @@ fn describe_node(node: &Node, instance: &Instance) -> BTreeMap<String, String> {
         d.insert(format!("node.label {k}"), normalise(&v, &r));
     }
     let spec = node.spec.clone().unwrap_or_default();
-    d.insert("node.providerID".into(), normalise(&spec.provider_id.unwrap_or_default(), &r));
+    d.insert(
+        "node.providerID".into(),
+        normalise(&spec.provider_id.unwrap_or_default(), &r),
+    );
     let mut taints: Vec<String> = spec
         .taints
         .unwrap_or_default()
@@ -212,7 +221,11 @@ fn describe_node(node: &Node, instance: &Instance) -> BTreeMap<String, String> {
 }
 
 /// One Service's load balancer as moto describes it, IDs and names replaced.
-async fn describe_load_balancer(moto: &Moto, world: &World, svc: &Service) -> Result<BTreeMap<String, String>> {
+async fn describe_load_balancer(
+    moto: &Moto,
+    world: &World,
+    svc: &Service,
+) -> Result<BTreeMap<String, String>> {
     let name = default_load_balancer_name(svc);
     let svc_name = svc.metadata.name.clone().unwrap_or_default();
     let uid = svc.metadata.uid.clone().unwrap_or_default();
@@ -235,18 +248,17 @@ async fn describe_load_balancer(moto: &Moto, world: &World, svc: &Service) -> Re
         r.push((subnet.clone(), format!("<subnet-{i}>")));
     }
     for n in &node_ports {
-        r.push((format!("{n}"), "<node-port>".into()));
+        r.push((n.clone(), "<node-port>".into()));
     }
     for i in &world.instances {
         r.push((i.id.clone(), "<instance>".into()));
     }
     let ec2 = moto.ec2();
     let mut d = BTreeMap::new();
-    let nlb = svc
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.get("service.beta.kubernetes.io/aws-load-balancer-type").is_some());
+    let nlb = svc.metadata.annotations.as_ref().is_some_and(|a| {
+        a.get("service.beta.kubernetes.io/aws-load-balancer-type")
+            .is_some()
+    });
     let mut groups: Vec<String> = Vec::new();
     if nlb {
         let v2 = moto.elbv2();
@@ -259,12 +271,25 @@ async fn describe_load_balancer(moto: &Moto, world: &World, svc: &Service) -> Re
         d.insert("nlb.type".into(), format!("{:?}", lb.r#type()));
         d.insert("nlb.scheme".into(), format!("{:?}", lb.scheme()));
         d.insert("nlb.subnets".into(), lb.availability_zones().len().to_string());
-        d.insert("nlb.security-groups".into(), lb.security_groups().len().to_string());
-        let attrs = v2.describe_load_balancer_attributes().load_balancer_arn(&arn).send().await?;
+        d.insert(
+            "nlb.security-groups".into(),
+            lb.security_groups().len().to_string(),
+        );
+        let attrs = v2
+            .describe_load_balancer_attributes()
+            .load_balancer_arn(&arn)
+            .send()
+            .await?;
         let mut a: Vec<String> = attrs
             .attributes()
             .iter()
-            .map(|x| format!("{}={}", x.key().unwrap_or_default(), x.value().unwrap_or_default()))
+            .map(|x| {
+                format!(
+                    "{}={}",
+                    x.key().unwrap_or_default(),
+                    x.value().unwrap_or_default()
+                )
+            })
             .collect();
         a.sort();
         d.insert("nlb.attributes".into(), a.join(","));
@@ -272,18 +297,39 @@ async fn describe_load_balancer(moto: &Moto, world: &World, svc: &Service) -> Re
         let mut t: Vec<String> = tags
             .tag_descriptions()
             .iter()
-            .flat_map(|td| td.tags().iter().map(|t| format!("{}={}", t.key().unwrap_or_default(), t.value().unwrap_or_default())))
+            .flat_map(|td| {
+                td.tags().iter().map(|t| {
+                    format!(
+                        "{}={}",
+                        t.key().unwrap_or_default(),
+                        t.value().unwrap_or_default()
+                    )
+                })
+            })
             .collect();
         t.sort();
         d.insert("nlb.tags".into(), normalise(&t.join(","), &r));
         let tgs = v2.describe_target_groups().load_balancer_arn(&arn).send().await?;
         for (i, tg) in tgs.target_groups().iter().enumerate() {
             let tg_name = tg.target_group_name().unwrap_or_default().to_string();
-            r.push((tg.target_group_arn().unwrap_or_default().to_string(), format!("<tg-arn-{i}>")));
+            r.push((
+                tg.target_group_arn().unwrap_or_default().to_string(),
+                format!("<tg-arn-{i}>"),
+            ));
             // k8s-<namespace>-<name>-<hash>: the shape, the hash replaced.
-            let shape = tg_name.rsplit_once('-').map(|(p, _)| format!("{p}-<hash>")).unwrap_or_default();
-            let short: String = svc_name.chars().filter(char::is_ascii_alphanumeric).take(8).collect();
-            d.insert(format!("nlb.tg{i}.name"), normalise(&shape, &[(short, "<service>".into())]));
+            let shape = tg_name
+                .rsplit_once('-')
+                .map(|(p, _)| format!("{p}-<hash>"))
+                .unwrap_or_default();
+            let short: String = svc_name
+                .chars()
+                .filter(char::is_ascii_alphanumeric)
+                .take(8)
+                .collect();
+            d.insert(
+                format!("nlb.tg{i}.name"),
+                normalise(&shape, &[(short, "<service>".into())]),
+            );
             d.insert(
                 format!("nlb.tg{i}"),
                 normalise(
@@ -312,7 +358,13 @@ async fn describe_load_balancer(moto: &Moto, world: &World, svc: &Service) -> Re
             let mut a: Vec<String> = attrs
                 .attributes()
                 .iter()
-                .map(|x| format!("{}={}", x.key().unwrap_or_default(), x.value().unwrap_or_default()))
+                .map(|x| {
+                    format!(
+                        "{}={}",
+                        x.key().unwrap_or_default(),
+                        x.value().unwrap_or_default()
+                    )
+                })
                 .collect();
             a.sort();
             d.insert(format!("nlb.tg{i}.attributes"), a.join(","));
@@ -321,7 +373,10 @@ async fn describe_load_balancer(moto: &Moto, world: &World, svc: &Service) -> Re
                 .target_group_arn(tg.target_group_arn().unwrap_or_default())
                 .send()
                 .await?;
-            d.insert(format!("nlb.tg{i}.targets"), health.target_health_descriptions().len().to_string());
+            d.insert(
+                format!("nlb.tg{i}.targets"),
+                health.target_health_descriptions().len().to_string(),
+            );
         }
         let listeners = v2.describe_listeners().load_balancer_arn(&arn).send().await?;
         let mut l: Vec<String> = listeners
@@ -346,14 +401,25 @@ async fn describe_load_balancer(moto: &Moto, world: &World, svc: &Service) -> Re
         d.insert("nlb.listeners".into(), l.join(" | "));
     } else {
         let elb = moto.elb();
-        let lbs = elb.describe_load_balancers().load_balancer_names(&name).send().await?;
-        let lb = lbs.load_balancer_descriptions().first().context("no ELB")?.clone();
+        let lbs = elb
+            .describe_load_balancers()
+            .load_balancer_names(&name)
+            .send()
+            .await?;
+        let lb = lbs
+            .load_balancer_descriptions()
+            .first()
+            .context("no ELB")?
+            .clone();
         r.push((lb.dns_name().unwrap_or_default().to_string(), "<lb-dns>".into()));
         groups.extend(lb.security_groups().iter().cloned());
         d.insert("clb.scheme".into(), format!("{:?}", lb.scheme()));
         d.insert("clb.subnets".into(), lb.subnets().len().to_string());
         d.insert("clb.instances".into(), lb.instances().len().to_string());
-        d.insert("clb.security-groups".into(), lb.security_groups().len().to_string());
+        d.insert(
+            "clb.security-groups".into(),
+            lb.security_groups().len().to_string(),
+        );
         let mut l: Vec<String> = lb
             .listener_descriptions()
             .iter()
@@ -392,7 +458,11 @@ async fn describe_load_balancer(moto: &Moto, world: &World, svc: &Service) -> Re
                 &r,
             ),
         );
-        let attrs = elb.describe_load_balancer_attributes().load_balancer_name(&name).send().await?;
+        let attrs = elb
+            .describe_load_balancer_attributes()
+            .load_balancer_name(&name)
+            .send()
+            .await?;
         d.insert(
             "clb.attributes".into(),
             attrs
@@ -413,7 +483,11 @@ async fn describe_load_balancer(moto: &Moto, world: &World, svc: &Service) -> Re
         let mut t: Vec<String> = tags
             .tag_descriptions()
             .iter()
-            .flat_map(|td| td.tags().iter().map(|t| format!("{}={}", t.key(), t.value().unwrap_or_default())))
+            .flat_map(|td| {
+                td.tags()
+                    .iter()
+                    .map(|t| format!("{}={}", t.key(), t.value().unwrap_or_default()))
+            })
             .collect();
         t.sort();
         d.insert("clb.tags".into(), normalise(&t.join(","), &r));
@@ -426,8 +500,14 @@ async fn describe_load_balancer(moto: &Moto, world: &World, svc: &Service) -> Re
     for (i, g) in groups.iter().enumerate() {
         let sgs = ec2.describe_security_groups().group_ids(g).send().await?;
         let sg = sgs.security_groups().first().context("no group")?;
-        d.insert(format!("{kind}.group{i}.name"), normalise(sg.group_name().unwrap_or_default(), &r));
-        d.insert(format!("{kind}.group{i}.description"), normalise(sg.description().unwrap_or_default(), &r));
+        d.insert(
+            format!("{kind}.group{i}.name"),
+            normalise(sg.group_name().unwrap_or_default(), &r),
+        );
+        d.insert(
+            format!("{kind}.group{i}.description"),
+            normalise(sg.description().unwrap_or_default(), &r),
+        );
         let mut rules: Vec<String> = sg
             .ip_permissions()
             .iter()
@@ -438,7 +518,13 @@ async fn describe_load_balancer(moto: &Moto, world: &World, svc: &Service) -> Re
         let mut tags: Vec<String> = sg
             .tags()
             .iter()
-            .map(|t| format!("{}={}", t.key().unwrap_or_default(), t.value().unwrap_or_default()))
+            .map(|t| {
+                format!(
+                    "{}={}",
+                    t.key().unwrap_or_default(),
+                    t.value().unwrap_or_default()
+                )
+            })
             .collect();
         tags.sort();
         d.insert(format!("{kind}.group{i}.tags"), normalise(&tags.join(","), &r));
@@ -472,12 +558,20 @@ fn permission(p: &aws_sdk_ec2::types::IpPermission) -> String {
     let mut sources: Vec<String> = p
         .ip_ranges()
         .iter()
-        .map(|r| format!("{}({})", r.cidr_ip().unwrap_or_default(), r.description().unwrap_or_default()))
-        .chain(
-            p.user_id_group_pairs()
-                .iter()
-                .map(|g| format!("{}({})", g.group_id().unwrap_or_default(), g.description().unwrap_or_default())),
-        )
+        .map(|r| {
+            format!(
+                "{}({})",
+                r.cidr_ip().unwrap_or_default(),
+                r.description().unwrap_or_default()
+            )
+        })
+        .chain(p.user_id_group_pairs().iter().map(|g| {
+            format!(
+                "{}({})",
+                g.group_id().unwrap_or_default(),
+                g.description().unwrap_or_default()
+            )
+        }))
         .collect();
     sources.sort();
     format!(
@@ -492,7 +586,9 @@ fn permission(p: &aws_sdk_ec2::types::IpPermission) -> String {
 /// Registers the instances' Nodes as a kubelet with `--cloud-provider=external` does.
 async fn register(nodes: &Api<Node>, instances: &[Instance]) -> Result<()> {
     for i in instances {
-        nodes.create(&PostParams::default(), &tainted_node(&i.private_dns_name)).await?;
+        nodes
+            .create(&PostParams::default(), &tainted_node(&i.private_dns_name))
+            .await?;
         set_ready(nodes, &i.private_dns_name, "True").await?;
     }
     Ok(())
@@ -531,23 +627,38 @@ async fn upstream_and_ours_make_the_same_nodes_and_load_balancers_and_ours_adopt
             theirs.push(i.clone());
         }
     }
-    anyhow::ensure!(theirs.len() == 2 && ours.len() == 2, "two instances in each of two zones");
+    anyhow::ensure!(
+        theirs.len() == 2 && ours.len() == 2,
+        "two instances in each of two zones"
+    );
     let (theirs, ours) = (theirs.as_slice(), ours.as_slice());
 
     // Upstream: two Nodes, a Classic ELB and an NLB.
     register(&nodes, theirs).await?;
     let mut upstream = start_upstream(&cluster, &moto, &aws, &world)?;
     for i in theirs {
-        initialised(&nodes, &i.private_dns_name).await.with_context(|| upstream.log())?;
+        initialised(&nodes, &i.private_dns_name)
+            .await
+            .with_context(|| upstream.log())?;
     }
     services
-        .create(&PostParams::default(), &load_balancer_service("clb-up", &[], &[(80, "http")]))
+        .create(
+            &PostParams::default(),
+            &load_balancer_service("clb-up", &[], &[(80, "http")]),
+        )
         .await?;
     services
-        .create(&PostParams::default(), &load_balancer_service("nlb-up", &[("type", "nlb")], &[(80, "http")]))
+        .create(
+            &PostParams::default(),
+            &load_balancer_service("nlb-up", &[("type", "nlb")], &[(80, "http")]),
+        )
         .await?;
-    let clb_up = wait_for_ingress(&services, "clb-up", T).await.with_context(|| upstream.log())?;
-    let nlb_up = wait_for_ingress(&services, "nlb-up", T).await.with_context(|| upstream.log())?;
+    let clb_up = wait_for_ingress(&services, "clb-up", T)
+        .await
+        .with_context(|| upstream.log())?;
+    let nlb_up = wait_for_ingress(&services, "nlb-up", T)
+        .await
+        .with_context(|| upstream.log())?;
     // Upstream finishes what it is doing (its calls stop), then stops.
     let mut calls = moto.actions().len();
     loop {
@@ -564,7 +675,10 @@ async fn upstream_and_ours_make_the_same_nodes_and_load_balancers_and_ours_adopt
     // Ours takes over: two proven syncs (a start and a restart), not one mutating call.
     let before = moto.actions().len();
     let first = start_ours(&cluster, &moto, &aws, &world, "ccm-aws-take-over")?;
-    first.wait_service_reconciles(2.0, T).await.with_context(|| first.log())?;
+    first
+        .wait_service_reconciles(2.0, T)
+        .await
+        .with_context(|| first.log())?;
     let actions = moto.actions()[before..].to_vec();
     assert!(!actions.is_empty(), "ours asked moto nothing?");
     assert_eq!(
@@ -576,7 +690,9 @@ async fn upstream_and_ours_make_the_same_nodes_and_load_balancers_and_ours_adopt
     drop(first);
     let before = moto.actions().len();
     let ccm = start_ours(&cluster, &moto, &aws, &world, "ccm-aws-take-over-again")?;
-    ccm.wait_service_reconciles(2.0, T).await.with_context(|| ccm.log())?;
+    ccm.wait_service_reconciles(2.0, T)
+        .await
+        .with_context(|| ccm.log())?;
     let actions = moto.actions()[before..].to_vec();
     assert_eq!(
         mutating(&actions),
@@ -592,16 +708,28 @@ async fn upstream_and_ours_make_the_same_nodes_and_load_balancers_and_ours_adopt
     // Ours: two Nodes and the same two load balancers for Services of its own.
     register(&nodes, ours).await?;
     for i in ours {
-        initialised(&nodes, &i.private_dns_name).await.with_context(|| ccm.log())?;
+        initialised(&nodes, &i.private_dns_name)
+            .await
+            .with_context(|| ccm.log())?;
     }
     services
-        .create(&PostParams::default(), &load_balancer_service("clb-ours", &[], &[(80, "http")]))
+        .create(
+            &PostParams::default(),
+            &load_balancer_service("clb-ours", &[], &[(80, "http")]),
+        )
         .await?;
     services
-        .create(&PostParams::default(), &load_balancer_service("nlb-ours", &[("type", "nlb")], &[(80, "http")]))
+        .create(
+            &PostParams::default(),
+            &load_balancer_service("nlb-ours", &[("type", "nlb")], &[(80, "http")]),
+        )
         .await?;
-    let clb_ours = wait_for_ingress(&services, "clb-ours", T).await.with_context(|| ccm.log())?;
-    let nlb_ours = wait_for_ingress(&services, "nlb-ours", T).await.with_context(|| ccm.log())?;
+    let clb_ours = wait_for_ingress(&services, "clb-ours", T)
+        .await
+        .with_context(|| ccm.log())?;
+    let nlb_ours = wait_for_ingress(&services, "nlb-ours", T)
+        .await
+        .with_context(|| ccm.log())?;
     // Both node sets synced: every Service's load balancer has its 4 nodes.
     ccm.wait_service_reconciles(4.0, T).await?;
 
@@ -610,7 +738,10 @@ async fn upstream_and_ours_make_the_same_nodes_and_load_balancers_and_ours_adopt
     let mut compare = |what: &str, up: BTreeMap<String, String>, us: BTreeMap<String, String>| {
         let keys: std::collections::BTreeSet<&String> = up.keys().chain(us.keys()).collect();
         for k in keys {
-            let (a, b) = (up.get(k).cloned().unwrap_or("—".into()), us.get(k).cloned().unwrap_or("—".into()));
+            let (a, b) = (
+                up.get(k).cloned().unwrap_or("—".into()),
+                us.get(k).cloned().unwrap_or("—".into()),
+            );
             if a != b {
                 rows.push((format!("{what}: {k}"), a, b));
             }
@@ -619,12 +750,24 @@ async fn upstream_and_ours_make_the_same_nodes_and_load_balancers_and_ours_adopt
     for (j, (theirs_i, ours_i)) in theirs.iter().zip(ours).enumerate() {
         let n_up = nodes.get(&theirs_i.private_dns_name).await?;
         let n_us = nodes.get(&ours_i.private_dns_name).await?;
-        compare(&format!("node {j}"), describe_node(&n_up, theirs_i), describe_node(&n_us, ours_i));
+        compare(
+            &format!("node {j}"),
+            describe_node(&n_up, theirs_i),
+            describe_node(&n_us, ours_i),
+        );
     }
-    let clb_up = services.get(clb_up.metadata.name.as_deref().unwrap_or_default()).await?;
-    let clb_ours = services.get(clb_ours.metadata.name.as_deref().unwrap_or_default()).await?;
-    let nlb_up = services.get(nlb_up.metadata.name.as_deref().unwrap_or_default()).await?;
-    let nlb_ours = services.get(nlb_ours.metadata.name.as_deref().unwrap_or_default()).await?;
+    let clb_up = services
+        .get(clb_up.metadata.name.as_deref().unwrap_or_default())
+        .await?;
+    let clb_ours = services
+        .get(clb_ours.metadata.name.as_deref().unwrap_or_default())
+        .await?;
+    let nlb_up = services
+        .get(nlb_up.metadata.name.as_deref().unwrap_or_default())
+        .await?;
+    let nlb_ours = services
+        .get(nlb_ours.metadata.name.as_deref().unwrap_or_default())
+        .await?;
     compare(
         "classic",
         describe_load_balancer(&moto, &world, &clb_up).await?,
@@ -662,7 +805,11 @@ async fn upstream_and_ours_make_the_same_nodes_and_load_balancers_and_ours_adopt
         [("service.events".to_string(), events("clb-ours").await)].into(),
     );
 
-    println!("upstream aws-cloud-controller-manager {} vs ours: {} differences", upstream_version(), rows.len());
+    println!(
+        "upstream aws-cloud-controller-manager {} vs ours: {} differences",
+        upstream_version(),
+        rows.len()
+    );
     println!("| field | upstream | ours | why |\n|---|---|---|---|");
     for (k, a, b) in &rows {
         let why = DOCUMENTED_DIFFERENCES

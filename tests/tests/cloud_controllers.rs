@@ -123,7 +123,10 @@ async fn tainted_node_is_initialised_with_labels_provider_id_and_addresses() -> 
         .filter(|e| e["objectRef"]["resource"] == "nodes" && e["objectRef"]["name"] == "node-a")
         .filter(|e| e["verb"] != "create")
         .collect();
-    assert!(!node_writes.is_empty(), "the audit log shows the controller's writes");
+    assert!(
+        !node_writes.is_empty(),
+        "the audit log shows the controller's writes"
+    );
     for e in &node_writes {
         assert_eq!(e["verb"], "patch", "{e}");
         let body = &e["requestObject"];
@@ -552,7 +555,8 @@ async fn load_balancer_lifecycle_with_finalizer_status_events_and_node_changes()
 /// of a Service of ours whose load balancer did not change writes no status again, although
 /// the provider answers an address without `ipMode` and the API server stored `ipMode: VIP`.
 #[tokio::test]
-async fn another_controllers_class_is_never_touched_and_an_unchanged_status_is_not_written_again() -> Result<()> {
+async fn another_controllers_class_is_never_touched_and_an_unchanged_status_is_not_written_again()
+-> Result<()> {
     let cluster = TestCluster::start().await?;
     let client = cluster.client().await?;
     let cloud = Arc::new(FakeCloud::new());
@@ -578,8 +582,15 @@ async fn another_controllers_class_is_never_touched_and_an_unchanged_status_is_n
         rcp_e2e::k8s::ingress_ip(&s).map(|_| s)
     })
     .await?;
-    let stored = served.status.and_then(|s| s.load_balancer?.ingress).unwrap_or_default();
-    assert_eq!(stored[0].ip_mode.as_deref(), Some("VIP"), "the API server defaults ipMode");
+    let stored = served
+        .status
+        .and_then(|s| s.load_balancer?.ingress)
+        .unwrap_or_default();
+    assert_eq!(
+        stored[0].ip_mode.as_deref(),
+        Some("VIP"),
+        "the API server defaults ipMode"
+    );
     // Two more syncs of ours (an annotation change makes the controller ensure it again). The
     // syncs of one Service never overlap, so the third one starting proves the second one,
     // status decision included, is over.
@@ -596,12 +607,22 @@ async fn another_controllers_class_is_never_touched_and_an_unchanged_status_is_n
 
     let theirs = services.get("theirs").await?;
     assert_eq!(
-        theirs.spec.as_ref().and_then(|s| s.load_balancer_class.as_deref()),
+        theirs
+            .spec
+            .as_ref()
+            .and_then(|s| s.load_balancer_class.as_deref()),
         Some("example.com/other-lb"),
         "the API server keeps spec.loadBalancerClass"
     );
     assert!(theirs.metadata.finalizers.unwrap_or_default().is_empty());
-    assert!(services.get("theirs").await?.status.and_then(|s| s.load_balancer?.ingress).is_none());
+    assert!(
+        services
+            .get("theirs")
+            .await?
+            .status
+            .and_then(|s| s.load_balancer?.ingress)
+            .is_none()
+    );
     assert!(
         cloud.calls().iter().all(|c| !c.contains("default/theirs")),
         "{:?}",
@@ -623,7 +644,11 @@ async fn another_controllers_class_is_never_touched_and_an_unchanged_status_is_n
             .count()
     };
     assert_eq!(status_writes("theirs"), 0);
-    assert_eq!(status_writes("ours"), 1, "the second sync wrote the same status again");
+    assert_eq!(
+        status_writes("ours"),
+        1,
+        "the second sync wrote the same status again"
+    );
     Ok(())
 }
 

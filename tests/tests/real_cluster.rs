@@ -271,19 +271,19 @@ async fn aws_ccm_pods_initialise_kubelet_nodes_serve_a_load_balancer_and_fail_ov
         &mut up,
         started,
         |_, i, node| {
-        let labels = node.metadata.labels.clone().unwrap_or_default();
-        assert_eq!(
-            labels.get("topology.kubernetes.io/zone"),
-            Some(&instances[i].zone)
-        );
-        assert_eq!(
-            labels.get("topology.kubernetes.io/region").map(String::as_str),
-            Some("us-east-1")
-        );
-        assert_eq!(
-            labels.get("node.kubernetes.io/instance-type"),
-            Some(&instances[i].instance_type)
-        );
+            let labels = node.metadata.labels.clone().unwrap_or_default();
+            assert_eq!(
+                labels.get("topology.kubernetes.io/zone"),
+                Some(&instances[i].zone)
+            );
+            assert_eq!(
+                labels.get("topology.kubernetes.io/region").map(String::as_str),
+                Some("us-east-1")
+            );
+            assert_eq!(
+                labels.get("node.kubernetes.io/instance-type"),
+                Some(&instances[i].instance_type)
+            );
         },
         from_the_cloud,
     )
@@ -294,24 +294,39 @@ async fn aws_ccm_pods_initialise_kubelet_nodes_serve_a_load_balancer_and_fail_ov
     // refused with an Event on the Node, which stays uninitialised (nothing of it written).
     let fourth = up.machines[3].name.clone();
     let foreign_ip = "10.99.0.7".to_string();
-    up.start_node_with(3, false, vec![format!("--node-ip={foreign_ip}")], vec![foreign_ip.clone()])
-        .await?;
+    up.start_node_with(
+        3,
+        false,
+        vec![format!("--node-ip={foreign_ip}")],
+        vec![foreign_ip.clone()],
+    )
+    .await?;
     let client = up.cluster.cluster.client().await?;
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::all(client.clone());
-    let refused = wait_for("the Warning event refusing the fourth Node's --node-ip", STEP, || async {
-        let list = events.list(&Default::default()).await.ok()?;
-        list.items.into_iter().find(|e| {
-            e.involved_object.name.as_deref() == Some(fourth.as_str())
-                && e.reason.as_deref() == Some("ProvidedNodeIPInvalid")
-        })
-    })
+    let refused = wait_for(
+        "the Warning event refusing the fourth Node's --node-ip",
+        STEP,
+        || async {
+            let list = events.list(&Default::default()).await.ok()?;
+            list.items.into_iter().find(|e| {
+                e.involved_object.name.as_deref() == Some(fourth.as_str())
+                    && e.reason.as_deref() == Some("ProvidedNodeIPInvalid")
+            })
+        },
+    )
     .await
     .with_context(|| up.diagnostics())?;
     println!("aws: refused: {}", refused.message.unwrap_or_default());
     let node = Api::<Node>::all(client).get(&fourth).await?;
-    assert!(has_taint(&node, TAINT_UNINITIALIZED), "the refused Node stays uninitialised");
     assert!(
-        node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).is_none_or(str::is_empty),
+        has_taint(&node, TAINT_UNINITIALIZED),
+        "the refused Node stays uninitialised"
+    );
+    assert!(
+        node.spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .is_none_or(str::is_empty),
         "no provider ID written to the refused Node"
     );
     Ok(())
@@ -328,10 +343,11 @@ async fn openstack_ccm_pods_initialise_kubelet_nodes_serve_a_load_balancer_and_f
     // The kubelet (no `--node-ip`) writes its host name only; the InternalIP is nova's.
     let from_the_cloud = |up: &LocalUp, node: &Node| {
         let name = node.metadata.name.clone().unwrap_or_default();
-        up.machines
-            .iter()
-            .find(|m| m.name == name)
-            .is_some_and(|m| addresses(node).iter().any(|a| a.type_ == "InternalIP" && a.address == m.ip))
+        up.machines.iter().find(|m| m.name == name).is_some_and(|m| {
+            addresses(node)
+                .iter()
+                .any(|a| a.type_ == "InternalIP" && a.address == m.ip)
+        })
     };
     scenario(
         &mut up,
@@ -495,10 +511,11 @@ async fn vsphere_ccm_pods_initialise_kubelet_nodes_and_fail_over() -> Result<()>
     // The kubelet (no `--node-ip`) writes its host name only; the InternalIP is the VM's.
     let from_the_cloud = |up: &LocalUp, node: &Node| {
         let name = node.metadata.name.clone().unwrap_or_default();
-        up.machines
-            .iter()
-            .find(|m| m.name == name)
-            .is_some_and(|m| addresses(node).iter().any(|a| a.type_ == "InternalIP" && a.address == m.ip))
+        up.machines.iter().find(|m| m.name == name).is_some_and(|m| {
+            addresses(node)
+                .iter()
+                .any(|a| a.type_ == "InternalIP" && a.address == m.ip)
+        })
     };
     scenario(
         &mut up,

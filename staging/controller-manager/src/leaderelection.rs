@@ -175,7 +175,11 @@ impl LeaderElector {
             &ApiResource::erase::<Lease>(&()),
         );
         raw_api
-            .replace(&self.config.name, &PostParams::default(), &with_elector_fields(raw, lease))
+            .replace(
+                &self.config.name,
+                &PostParams::default(),
+                &with_elector_fields(raw, lease),
+            )
             .await
             .map(|_| ())
     }
@@ -573,8 +577,16 @@ mod tests {
         assert_eq!(spec["holderIdentity"], "me");
         assert_eq!(spec["preferredHolder"], "someone");
         assert_eq!(spec["aFieldOfAFutureRelease"], serde_json::json!({"x": 1}));
-        assert!(spec.get("acquireTime").is_none(), "a None of the elector's clears the field");
-        assert!(spec["renewTime"].as_str().unwrap().starts_with("2026-02-02T00:00:00"));
+        assert!(
+            spec.get("acquireTime").is_none(),
+            "a None of the elector's clears the field"
+        );
+        assert!(
+            spec["renewTime"]
+                .as_str()
+                .unwrap()
+                .starts_with("2026-02-02T00:00:00")
+        );
     }
 
     fn cfg(lease: u64, renew: u64, retry: u64) -> LeaderElectionConfig {

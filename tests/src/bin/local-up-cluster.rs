@@ -45,7 +45,9 @@ async fn main() -> Result<()> {
             );
             LocalUp::vsphere(3, 2).await?
         }
-        other => anyhow::bail!("--provider {other:?}: this demo runs aws (the default), openstack or vsphere"),
+        other => {
+            anyhow::bail!("--provider {other:?}: this demo runs aws (the default), openstack or vsphere")
+        }
     };
     println!("local-up-cluster: machines:");
     for m in &up.machines {

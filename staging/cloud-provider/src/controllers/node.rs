@@ -287,7 +287,7 @@ impl CloudNodeController {
                     &node_reference(&node),
                     EventType::Warning,
                     events::PROVIDED_NODE_IP_INVALID,
-                    &format!(
+                    format!(
                         "the kubelet's --node-ip ({} {:?}) is not usable with this instance's addresses: {e}; the Node stays uninitialised until it is",
                         well_known::ANNOTATION_PROVIDED_NODE_IP,
                         node.metadata
@@ -315,7 +315,8 @@ impl CloudNodeController {
                 let before = current.clone();
                 apply_initialization(&mut current, metadata);
                 let patch = initialization_patch(&before, &current);
-                api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await
+                api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
             }
         })
         .await
@@ -616,7 +617,10 @@ pub fn initialization_patch(before: &Node, after: &Node) -> serde_json::Value {
         metadata.insert("labels".into(), labels.into());
     }
     let mut spec = serde_json::Map::new();
-    let (old_spec, new_spec) = (before.spec.clone().unwrap_or_default(), after.spec.clone().unwrap_or_default());
+    let (old_spec, new_spec) = (
+        before.spec.clone().unwrap_or_default(),
+        after.spec.clone().unwrap_or_default(),
+    );
     if new_spec.provider_id != old_spec.provider_id
         && let Some(id) = new_spec.provider_id
     {

@@ -343,10 +343,16 @@ mod tests {
         assert!(!load_balancer_status_equal(Some(&ours), Some(&proxy)));
         // A hostname gets no default.
         let host = status(None, Some("lb.example"), None);
-        assert!(!load_balancer_status_equal(Some(&host), Some(&status(None, Some("lb.example"), Some("VIP")))));
+        assert!(!load_balancer_status_equal(
+            Some(&host),
+            Some(&status(None, Some("lb.example"), Some("VIP")))
+        ));
         assert!(load_balancer_status_equal(Some(&host), Some(&host.clone())));
         // Another address is a change whatever the modes.
-        assert!(!load_balancer_status_equal(Some(&stored), Some(&status(Some("192.0.2.2"), None, None))));
+        assert!(!load_balancer_status_equal(
+            Some(&stored),
+            Some(&status(Some("192.0.2.2"), None, None))
+        ));
     }
     use kube::api::ObjectMeta;
 

@@ -59,7 +59,12 @@ fn status_for(address: &str, hostname: Option<&str>, proxy_protocol: bool) -> Lo
             None => LoadBalancerIngress {
                 ip: Some(address.to_string()),
                 ip_mode: Some(
-                    if proxy_protocol { LOAD_BALANCER_IP_MODE_PROXY } else { LOAD_BALANCER_IP_MODE_VIP }.to_string(),
+                    if proxy_protocol {
+                        LOAD_BALANCER_IP_MODE_PROXY
+                    } else {
+                        LOAD_BALANCER_IP_MODE_VIP
+                    }
+                    .to_string(),
                 ),
                 ..Default::default()
             },
