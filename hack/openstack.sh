@@ -436,8 +436,17 @@ cmd_start() {
   mkdir -p "$RUN" "$CACHE/logs"
   exec 9>"$RUN.lock"
   flock 9
-  if [[ -f "$RUN/env" ]] && curl -s -o /dev/null --max-time 2 "$KS/v3" && curl -s -o /dev/null --max-time 2 http://127.0.0.1:19876/; then
-    echo "$RUN/env"; return 0
+  # A running cloud answers keystone and Octavia; on a loaded machine (tests in parallel, each
+  # with its own API server) an answer can take seconds, and restarting the cloud under the
+  # tests that use it fails them all: a minute of patience before it counts as down.
+  if [[ -f "$RUN/env" ]]; then
+    local try
+    for ((try = 0; try < 6; try++)); do
+      if curl -s -o /dev/null --max-time 10 "$KS/v3" && curl -s -o /dev/null --max-time 10 http://127.0.0.1:19876/; then
+        echo "$RUN/env"; return 0
+      fi
+      sleep 1
+    done
   fi
   start_cloud
 }

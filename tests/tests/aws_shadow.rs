@@ -160,7 +160,7 @@ async fn shadow_mode_writes_nothing_and_announces_what_the_normal_mode_then_does
     .chain(tainted.iter().map(|n| {
         (
             "node-controller".to_string(),
-            "update nodes".to_string(),
+            "patch nodes".to_string(),
             n.clone(),
         )
     }))

@@ -487,7 +487,7 @@ async fn shadow_mode_initialises_nothing_and_announces_what_the_normal_mode_then
         let all = names.iter().all(|n| {
             seen.contains(&(
                 "node-controller".to_string(),
-                "update nodes".to_string(),
+                "patch nodes".to_string(),
                 n.to_string(),
             ))
         });
