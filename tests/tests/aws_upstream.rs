@@ -602,6 +602,42 @@ async fn initialised(nodes: &Api<Node>, name: &str) -> Result<Node> {
     .await
 }
 
+/// Waits until `ccm` has initialised the Nodes of `instances`, then makes the Services
+/// `clb-<suffix>` (Classic ELB) and `nlb-<suffix>` (NLB) and waits until both are served.
+async fn nodes_and_load_balancers(
+    nodes: &Api<Node>,
+    services: &Api<Service>,
+    instances: &[Instance],
+    suffix: &str,
+    ccm: &CcmProcess,
+) -> Result<(Service, Service)> {
+    for i in instances {
+        initialised(nodes, &i.private_dns_name)
+            .await
+            .with_context(|| ccm.log())?;
+    }
+    let mut served = Vec::new();
+    for (name, annotations) in [
+        (format!("clb-{suffix}"), &[][..]),
+        (format!("nlb-{suffix}"), &[("type", "nlb")][..]),
+    ] {
+        services
+            .create(
+                &PostParams::default(),
+                &load_balancer_service(&name, annotations, &[(80, "http")]),
+            )
+            .await?;
+        served.push(name);
+    }
+    let clb = wait_for_ingress(services, &served[0], T)
+        .await
+        .with_context(|| ccm.log())?;
+    let nlb = wait_for_ingress(services, &served[1], T)
+        .await
+        .with_context(|| ccm.log())?;
+    Ok((clb, nlb))
+}
+
 #[tokio::test]
 async fn upstream_and_ours_make_the_same_nodes_and_load_balancers_and_ours_adopts_upstreams() -> Result<()> {
     let cluster = TestCluster::start().await?;
@@ -636,29 +672,7 @@ async fn upstream_and_ours_make_the_same_nodes_and_load_balancers_and_ours_adopt
     // Upstream: two Nodes, a Classic ELB and an NLB.
     register(&nodes, theirs).await?;
     let mut upstream = start_upstream(&cluster, &moto, &aws, &world)?;
-    for i in theirs {
-        initialised(&nodes, &i.private_dns_name)
-            .await
-            .with_context(|| upstream.log())?;
-    }
-    services
-        .create(
-            &PostParams::default(),
-            &load_balancer_service("clb-up", &[], &[(80, "http")]),
-        )
-        .await?;
-    services
-        .create(
-            &PostParams::default(),
-            &load_balancer_service("nlb-up", &[("type", "nlb")], &[(80, "http")]),
-        )
-        .await?;
-    let clb_up = wait_for_ingress(&services, "clb-up", T)
-        .await
-        .with_context(|| upstream.log())?;
-    let nlb_up = wait_for_ingress(&services, "nlb-up", T)
-        .await
-        .with_context(|| upstream.log())?;
+    let (clb_up, nlb_up) = nodes_and_load_balancers(&nodes, &services, theirs, "up", &upstream).await?;
     // Upstream finishes what it is doing (its calls stop), then stops.
     let mut calls = moto.actions().len();
     loop {
@@ -707,29 +721,7 @@ async fn upstream_and_ours_make_the_same_nodes_and_load_balancers_and_ours_adopt
 
     // Ours: two Nodes and the same two load balancers for Services of its own.
     register(&nodes, ours).await?;
-    for i in ours {
-        initialised(&nodes, &i.private_dns_name)
-            .await
-            .with_context(|| ccm.log())?;
-    }
-    services
-        .create(
-            &PostParams::default(),
-            &load_balancer_service("clb-ours", &[], &[(80, "http")]),
-        )
-        .await?;
-    services
-        .create(
-            &PostParams::default(),
-            &load_balancer_service("nlb-ours", &[("type", "nlb")], &[(80, "http")]),
-        )
-        .await?;
-    let clb_ours = wait_for_ingress(&services, "clb-ours", T)
-        .await
-        .with_context(|| ccm.log())?;
-    let nlb_ours = wait_for_ingress(&services, "nlb-ours", T)
-        .await
-        .with_context(|| ccm.log())?;
+    let (clb_ours, nlb_ours) = nodes_and_load_balancers(&nodes, &services, ours, "ours", &ccm).await?;
     // Both node sets synced: every Service's load balancer has its 4 nodes.
     ccm.wait_service_reconciles(4.0, T).await?;
 

@@ -219,6 +219,18 @@ async fn scenario(
     Ok(())
 }
 
+/// Whether the Node has its machine's address as an InternalIP. A kubelet without `--node-ip`
+/// writes its host name only, so on OpenStack and vSphere that address is the CCM's (nova's
+/// server address, the VM's guest address).
+fn internal_ip_from_the_cloud(up: &LocalUp, node: &Node) -> bool {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    up.machines.iter().find(|m| m.name == name).is_some_and(|m| {
+        addresses(node)
+            .iter()
+            .any(|a| a.type_ == "InternalIP" && a.address == m.ip)
+    })
+}
+
 async fn load_balancers(up: &LocalUp) -> Result<usize> {
     Ok(match &up.cloud {
         Cloud::Aws { moto, .. } => moto
@@ -340,15 +352,6 @@ async fn openstack_ccm_pods_initialise_kubelet_nodes_serve_a_load_balancer_and_f
         unreachable!()
     };
     let region = project.region.clone();
-    // The kubelet (no `--node-ip`) writes its host name only; the InternalIP is nova's.
-    let from_the_cloud = |up: &LocalUp, node: &Node| {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        up.machines.iter().find(|m| m.name == name).is_some_and(|m| {
-            addresses(node)
-                .iter()
-                .any(|a| a.type_ == "InternalIP" && a.address == m.ip)
-        })
-    };
     scenario(
         &mut up,
         started,
@@ -360,7 +363,7 @@ async fn openstack_ccm_pods_initialise_kubelet_nodes_serve_a_load_balancer_and_f
                 Some("rcp.small")
             );
         },
-        from_the_cloud,
+        internal_ip_from_the_cloud,
     )
     .await
 }
@@ -508,15 +511,6 @@ async fn the_kubelet_pulls_from_ecr_with_the_credentials_of_ecr_credential_provi
 async fn vsphere_ccm_pods_initialise_kubelet_nodes_and_fail_over() -> Result<()> {
     let started = Instant::now();
     let mut up = LocalUp::vsphere(3, 2).await?;
-    // The kubelet (no `--node-ip`) writes its host name only; the InternalIP is the VM's.
-    let from_the_cloud = |up: &LocalUp, node: &Node| {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        up.machines.iter().find(|m| m.name == name).is_some_and(|m| {
-            addresses(node)
-                .iter()
-                .any(|a| a.type_ == "InternalIP" && a.address == m.ip)
-        })
-    };
     scenario(
         &mut up,
         started,
@@ -531,7 +525,7 @@ async fn vsphere_ccm_pods_initialise_kubelet_nodes_and_fail_over() -> Result<()>
                 Some("region-1")
             );
         },
-        from_the_cloud,
+        internal_ip_from_the_cloud,
     )
     .await
 }
