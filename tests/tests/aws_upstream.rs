@@ -280,35 +280,20 @@ async fn describe_load_balancer(
             .load_balancer_arn(&arn)
             .send()
             .await?;
-        let mut a: Vec<String> = attrs
-            .attributes()
-            .iter()
-            .map(|x| {
-                format!(
-                    "{}={}",
-                    x.key().unwrap_or_default(),
-                    x.value().unwrap_or_default()
-                )
-            })
-            .collect();
-        a.sort();
-        d.insert("nlb.attributes".into(), a.join(","));
+        let a = key_values(
+            attrs
+                .attributes()
+                .iter()
+                .map(|x| (x.key().unwrap_or_default(), x.value().unwrap_or_default())),
+        );
+        d.insert("nlb.attributes".into(), a);
         let tags = v2.describe_tags().resource_arns(&arn).send().await?;
-        let mut t: Vec<String> = tags
-            .tag_descriptions()
-            .iter()
-            .flat_map(|td| {
-                td.tags().iter().map(|t| {
-                    format!(
-                        "{}={}",
-                        t.key().unwrap_or_default(),
-                        t.value().unwrap_or_default()
-                    )
-                })
-            })
-            .collect();
-        t.sort();
-        d.insert("nlb.tags".into(), normalise(&t.join(","), &r));
+        let t = key_values(tags.tag_descriptions().iter().flat_map(|td| {
+            td.tags()
+                .iter()
+                .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()))
+        }));
+        d.insert("nlb.tags".into(), normalise(&t, &r));
         let tgs = v2.describe_target_groups().load_balancer_arn(&arn).send().await?;
         for (i, tg) in tgs.target_groups().iter().enumerate() {
             let tg_name = tg.target_group_name().unwrap_or_default().to_string();
@@ -355,19 +340,13 @@ async fn describe_load_balancer(
                 .target_group_arn(tg.target_group_arn().unwrap_or_default())
                 .send()
                 .await?;
-            let mut a: Vec<String> = attrs
-                .attributes()
-                .iter()
-                .map(|x| {
-                    format!(
-                        "{}={}",
-                        x.key().unwrap_or_default(),
-                        x.value().unwrap_or_default()
-                    )
-                })
-                .collect();
-            a.sort();
-            d.insert(format!("nlb.tg{i}.attributes"), a.join(","));
+            let a = key_values(
+                attrs
+                    .attributes()
+                    .iter()
+                    .map(|x| (x.key().unwrap_or_default(), x.value().unwrap_or_default())),
+            );
+            d.insert(format!("nlb.tg{i}.attributes"), a);
             let health = v2
                 .describe_target_health()
                 .target_group_arn(tg.target_group_arn().unwrap_or_default())
@@ -480,17 +459,12 @@ async fn describe_load_balancer(
                 .unwrap_or_default(),
         );
         let tags = elb.describe_tags().load_balancer_names(&name).send().await?;
-        let mut t: Vec<String> = tags
-            .tag_descriptions()
-            .iter()
-            .flat_map(|td| {
-                td.tags()
-                    .iter()
-                    .map(|t| format!("{}={}", t.key(), t.value().unwrap_or_default()))
-            })
-            .collect();
-        t.sort();
-        d.insert("clb.tags".into(), normalise(&t.join(","), &r));
+        let t = key_values(
+            tags.tag_descriptions()
+                .iter()
+                .flat_map(|td| td.tags().iter().map(|t| (t.key(), t.value().unwrap_or_default()))),
+        );
+        d.insert("clb.tags".into(), normalise(&t, &r));
     }
     // The load balancer's own security groups, and what the node group lets in for it.
     let kind = if nlb { "nlb" } else { "clb" };
@@ -515,19 +489,12 @@ async fn describe_load_balancer(
             .collect();
         rules.sort();
         d.insert(format!("{kind}.group{i}.ingress"), rules.join(" | "));
-        let mut tags: Vec<String> = sg
-            .tags()
-            .iter()
-            .map(|t| {
-                format!(
-                    "{}={}",
-                    t.key().unwrap_or_default(),
-                    t.value().unwrap_or_default()
-                )
-            })
-            .collect();
-        tags.sort();
-        d.insert(format!("{kind}.group{i}.tags"), normalise(&tags.join(","), &r));
+        let tags = key_values(
+            sg.tags()
+                .iter()
+                .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default())),
+        );
+        d.insert(format!("{kind}.group{i}.tags"), normalise(&tags, &r));
     }
     let node_group = ec2
         .describe_security_groups()
@@ -552,6 +519,13 @@ async fn describe_load_balancer(
     rules.sort();
     d.insert(format!("{kind}.node-group-ingress"), rules.join(" | "));
     Ok(d)
+}
+
+/// `key=value` pairs (attributes, tags), sorted and joined with commas.
+fn key_values<'a>(pairs: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+    let mut list: Vec<String> = pairs.map(|(k, v)| format!("{k}={v}")).collect();
+    list.sort();
+    list.join(",")
 }
 
 fn permission(p: &aws_sdk_ec2::types::IpPermission) -> String {
