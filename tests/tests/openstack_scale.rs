@@ -16,7 +16,8 @@ use rcp_e2e::{
 const T: Duration = Duration::from_secs(120);
 
 /// Seven servers and their Nodes (more than two pages of nova's 3): every Node is initialised
-/// (found by name in a paginated list) and gets its Pod route on the router, and once the
+/// (found by name in a paginated list) and gets its Pod route on the router and its CIDR in its
+/// port's allowed address pairs, and once the
 /// routes are there the route controller, reconciling every second, changes the router no
 /// more: no live next hop is taken for a blackhole because its server was on a later page.
 #[tokio::test]
@@ -84,6 +85,21 @@ async fn routes_of_more_servers_than_a_page_converge_and_stay() -> Result<()> {
     })
     .await
     .inspect_err(|_| eprintln!("{}", ccm.log()))?;
+    // A route is two writes: the router's extra route, then the CIDR in the server port's
+    // allowed address pairs. Converged means both are there for every Node.
+    for (i, id) in ids.iter().enumerate() {
+        let cidr = format!("10.244.{}.0/24", i + 1);
+        wait_for(
+            &format!("{cidr} in node-{i}'s allowed address pairs"),
+            T,
+            || async {
+                let pairs = project.address_pairs(id).await.ok()?;
+                pairs.contains(&cidr).then_some(())
+            },
+        )
+        .await
+        .inspect_err(|_| eprintln!("{}", ccm.log()))?;
+    }
     let writes = || -> usize {
         project
             .neutron_proxy
