@@ -17,9 +17,9 @@ const T: Duration = Duration::from_secs(120);
 
 /// Seven servers and their Nodes (more than two pages of nova's 3): every Node is initialised
 /// (found by name in a paginated list) and gets its Pod route on the router and its CIDR in its
-/// port's allowed address pairs, and once the
-/// routes are there the route controller, reconciling every second, changes the router no
-/// more: no live next hop is taken for a blackhole because its server was on a later page.
+/// port's allowed address pairs, and once the routes are there the route controller,
+/// reconciling every second, changes the router no more: no live next hop is taken for a
+/// blackhole because its server was on a later page.
 #[tokio::test]
 async fn routes_of_more_servers_than_a_page_converge_and_stay() -> Result<()> {
     let os = OpenStack::shared().await?;
