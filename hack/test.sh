@@ -19,8 +19,21 @@ phase() {
   t0=$now
 }
 
-phase "install test servers"
-hack/install-test-deps.sh
+phase "install test servers (Kubernetes and the upstream AWS CCM build in the background)"
+# The Go builds of Kubernetes (both minors) and of the upstream AWS CCM take ~17 min of a cold
+# run. They run in the background while the other servers install and the Rust checks and
+# builds below run, which leave one of the two cores idle much of the time (the AWS SDK's
+# largest crates compile alone); the tests wait for them.
+GO_STEPS="kubernetes kubernetes-oldest aws-ccm"
+OTHER_STEPS="moto vcsim docker-registry cargo-deny cargo-nextest cargo-http-registry cargo-semver-checks openstack"
+GO_BUILDS_LOG="$CACHE/logs/go-builds.log"
+mkdir -p "$CACHE/logs"
+RCP_SKIP="${RCP_SKIP:-} $GO_STEPS $OTHER_STEPS" hack/install-test-deps.sh
+# In a session of its own, so that a failing step below stops the builds with it.
+RCP_SKIP="${RCP_SKIP:-} apt $OTHER_STEPS" setsid hack/install-test-deps.sh >"$GO_BUILDS_LOG" 2>&1 &
+GO_BUILDS_PID=$!
+trap 'kill -- -"$GO_BUILDS_PID" 2>/dev/null || true' EXIT
+RCP_SKIP="${RCP_SKIP:-} apt $GO_STEPS" hack/install-test-deps.sh
 export PATH="$CACHE/bin:$PATH"
 
 phase "cargo fetch"
@@ -54,6 +67,14 @@ hack/publish-roundtrip.sh
 
 phase "doc tests of the staged crates"
 cargo test --doc --locked --quiet -p k8s-cloud-provider -p k8s-controller-manager -p vsphere-api
+
+phase "wait for the Kubernetes and upstream AWS CCM builds"
+if ! wait "$GO_BUILDS_PID"; then
+  cat "$GO_BUILDS_LOG"; echo "[test.sh] building Kubernetes or the upstream AWS CCM failed" >&2; exit 1
+fi
+cat "$GO_BUILDS_LOG"
+# Everything is cached now: this only links bin/ and bin-oldest/ completely.
+hack/install-test-deps.sh | grep -E '^\[install-test-deps\] (done|.*FAILED)'
 
 phase "build the binaries the tests run"
 # Tests start these with `cargo build --bin <name>` (paths::workspace_binary); built here, one by
