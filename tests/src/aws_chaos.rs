@@ -229,6 +229,15 @@ impl AwsChaosRig {
         }
     }
 
+    /// [`CcmProcess::metric_value_read`] of the running CCM: an error when `/metrics` cannot be
+    /// read or no CCM runs.
+    pub async fn metric_read(&self, prefix: &str) -> Result<f64> {
+        match self.ccm.lock().await.as_ref() {
+            Some(c) => c.metric_value_read(prefix).await,
+            None => anyhow::bail!("no CCM runs to read {prefix} from"),
+        }
+    }
+
     /// The running CCM's log.
     pub async fn ccm_log(&self) -> String {
         self.ccm

@@ -123,6 +123,29 @@ impl CcmProcess {
             .ok()
     }
 
+    /// The value of a metric as [`CcmProcess::metric_value`], from a `/metrics` that was read:
+    /// tried up to 20 times over ~10 s (a fault proxy, a busy API server reviewing the token),
+    /// an error when it never answers. For checks where 0 is the finding ("no panic"), which a
+    /// failed read must never pass for.
+    pub async fn metric_value_read(&self, line_prefix: &str) -> Result<f64> {
+        let mut last = None;
+        for _ in 0..20 {
+            match self.metrics().await {
+                Ok(m) => {
+                    return Ok(m
+                        .lines()
+                        .filter(|l| l.starts_with(line_prefix))
+                        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                        .sum());
+                }
+                Err(e) => last = Some(e),
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("no attempt")))
+            .with_context(|| format!("reading {line_prefix} from /metrics of {}", self.name))
+    }
+
     /// The value of a counter or histogram `_count` line of `/metrics` (0 when absent).
     pub async fn metric_value(&self, line_prefix: &str) -> f64 {
         let Ok(m) = self.metrics().await else { return 0.0 };
@@ -190,20 +213,20 @@ impl CcmProcess {
         Ok(body)
     }
 
-    /// Whether `/metrics` says this process leads `lease` (`leader_election_master_status`).
-    pub async fn is_leader(&self, lease: &str) -> bool {
-        self.metrics()
-            .await
-            .is_ok_and(|m| m.contains(&format!("leader_election_master_status{{name=\"{lease}\"}} 1")))
+    /// Whether `/metrics` says this process leads `lease` (`leader_election_master_status`); an
+    /// error when `/metrics` cannot be read.
+    pub async fn is_leader(&self, lease: &str) -> Result<bool> {
+        let m = self.metrics().await?;
+        Ok(m.contains(&format!("leader_election_master_status{{name=\"{lease}\"}} 1")))
     }
 
-    /// Whether `/metrics` says the controller (legacy name) runs here.
-    pub async fn runs_controller(&self, legacy_name: &str) -> bool {
-        self.metrics().await.is_ok_and(|m| {
-            m.contains(&format!(
-                "running_managed_controllers{{manager=\"cloud-controller-manager\",name=\"{legacy_name}\"}} 1"
-            ))
-        })
+    /// Whether `/metrics` says the controller (legacy name) runs here; an error when `/metrics`
+    /// cannot be read (never a "no" that is only a failed read).
+    pub async fn runs_controller(&self, legacy_name: &str) -> Result<bool> {
+        let m = self.metrics().await?;
+        Ok(m.contains(&format!(
+            "running_managed_controllers{{manager=\"cloud-controller-manager\",name=\"{legacy_name}\"}} 1"
+        )))
     }
 
     /// The process log so far.

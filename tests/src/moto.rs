@@ -151,6 +151,39 @@ impl Moto {
             .collect()
     }
 
+    /// The mutating requests moto received since `from` (an index into [`Moto::requests`]),
+    /// each as its action and its decoded parameters (anything but `Describe*`, `Get*`,
+    /// `List*`).
+    pub fn mutations_since(&self, from: usize) -> Vec<(String, BTreeMap<String, String>)> {
+        self.requests()
+            .get(from..)
+            .unwrap_or_default()
+            .iter()
+            .map(|body| {
+                url::form_urlencoded::parse(body.as_bytes())
+                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                    .collect::<BTreeMap<String, String>>()
+            })
+            .filter_map(|params| Some((params.get("Action")?.clone(), params)))
+            .filter(|(a, _)| !(a.starts_with("Describe") || a.starts_with("Get") || a.starts_with("List")))
+            .collect()
+    }
+
+    /// Runs `cloud-controller-manager-aws <args>` (a command such as `orphans` or `doctor`)
+    /// against this moto, to its end: `(exit code, stdout, stderr)`.
+    pub fn run_aws_command(&self, args: &[String]) -> Result<(i32, String, String)> {
+        let out = std::process::Command::new(paths::workspace_binary("cloud-controller-manager-aws")?)
+            .args(args)
+            .envs(self.sdk_env())
+            .env("RUST_LOG", "warn")
+            .output()?;
+        Ok((
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into(),
+            String::from_utf8_lossy(&out.stderr).into(),
+        ))
+    }
+
     /// Number of HTTP requests moto has answered so far (from its request log).
     pub fn request_count(&self) -> usize {
         self.log()

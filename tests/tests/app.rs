@@ -44,7 +44,7 @@ async fn exactly_one_leader_runs_controllers_and_fails_over_on_kill_and_sigterm(
     let kc = cluster.ccm_kubeconfig("common")?;
     let a = CcmProcess::start(FAKE, "ccm-a", &kc, cluster.dir(), &args(&config, &[]))?;
     wait_for("a leads", Duration::from_secs(30), || async {
-        a.is_leader(LEASE).await.then_some(())
+        a.is_leader(LEASE).await.ok()?.then_some(())
     })
     .await?;
     let mut b = CcmProcess::start(FAKE, "ccm-b", &kc, cluster.dir(), &args(&config, &[]))?;
@@ -55,10 +55,10 @@ async fn exactly_one_leader_runs_controllers_and_fails_over_on_kill_and_sigterm(
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     // Exactly one runs the controllers.
-    assert!(a.is_leader(LEASE).await && a.runs_controller("cloud-node").await);
-    assert!(!b.is_leader(LEASE).await, "b must be a follower");
+    assert!(a.is_leader(LEASE).await? && a.runs_controller("cloud-node").await?);
+    assert!(!b.is_leader(LEASE).await?, "b must be a follower");
     assert!(
-        !b.runs_controller("cloud-node").await,
+        !b.runs_controller("cloud-node").await?,
         "a follower runs no controller"
     );
     assert_eq!(b.get("/readyz").await?.0, 200, "a healthy follower is ready");
@@ -67,13 +67,13 @@ async fn exactly_one_leader_runs_controllers_and_fails_over_on_kill_and_sigterm(
     a.signal(Signal::SIGKILL)?;
     let killed = Instant::now();
     wait_for("b leads after kill -9", Duration::from_secs(40), || async {
-        b.is_leader(LEASE).await.then_some(())
+        b.is_leader(LEASE).await.ok()?.then_some(())
     })
     .await
     .with_context(|| b.log())?;
     let failover = killed.elapsed();
     wait_for("b runs controllers", Duration::from_secs(10), || async {
-        b.runs_controller("cloud-node").await.then_some(())
+        b.runs_controller("cloud-node").await.ok()?.then_some(())
     })
     .await?;
     println!("leader fail-over after kill -9: {failover:.2?} (lease duration 15s, retry period 2s)");
@@ -94,7 +94,7 @@ async fn exactly_one_leader_runs_controllers_and_fails_over_on_kill_and_sigterm(
     b.signal(Signal::SIGTERM)?;
     let termed = Instant::now();
     wait_for("c leads after SIGTERM of b", Duration::from_secs(20), || async {
-        c.is_leader(LEASE).await.then_some(())
+        c.is_leader(LEASE).await.ok()?.then_some(())
     })
     .await?;
     let handover = termed.elapsed();
@@ -256,7 +256,7 @@ async fn a_rotated_service_account_token_is_read_again_and_the_old_one_may_die()
     .await?;
     ccm.check_running()?;
     assert!(
-        ccm.is_leader(LEASE).await,
+        ccm.is_leader(LEASE).await?,
         "the CCM kept its lease:\n{}",
         ccm.log()
     );
@@ -407,7 +407,7 @@ async fn controllers_flag_disables_the_service_controller_by_name_and_by_alias()
             "{flag}: log:\n{}",
             ccm.log()
         );
-        assert!(!ccm.runs_controller("service").await && ccm.runs_controller("cloud-node").await);
+        assert!(!ccm.runs_controller("service").await? && ccm.runs_controller("cloud-node").await?);
         ccm.signal(Signal::SIGTERM)?;
         assert_eq!(ccm.wait_exit(Duration::from_secs(20))?, Some(0));
     }

@@ -622,7 +622,7 @@ async fn load_balancers_made_by_the_go_provider_are_adopted_without_one_mutating
         "{}",
         ccm.log()
     );
-    assert!(!ccm.runs_controller("route").await);
+    assert!(!ccm.runs_controller("route").await?);
 
     // Same resources, same identities.
     let v2 = moto.elbv2();

@@ -20,7 +20,6 @@ use rcp_e2e::{
     Moto, TestCluster,
     ccm::CcmProcess,
     k8s::{load_balancer_service, register_tainted_nodes, wait_for_ingress},
-    paths,
 };
 
 const T: Duration = Duration::from_secs(120);
@@ -172,17 +171,9 @@ async fn node_group_sources(moto: &Moto, group: &str) -> Result<Vec<String>> {
 
 /// Runs `cloud-controller-manager-aws orphans <args>`: `(exit code, stdout, stderr)`.
 fn orphans(moto: &Moto, args: &[String]) -> Result<(i32, String, String)> {
-    let out = std::process::Command::new(paths::workspace_binary("cloud-controller-manager-aws")?)
-        .arg("orphans")
-        .args(args)
-        .envs(moto.sdk_env())
-        .env("RUST_LOG", "warn")
-        .output()?;
-    Ok((
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    ))
+    let mut all = vec!["orphans".to_string()];
+    all.extend_from_slice(args);
+    moto.run_aws_command(&all)
 }
 
 #[tokio::test]
@@ -461,21 +452,6 @@ async fn orphans_lists_and_deletes_exactly_what_no_service_owns() -> Result<()> 
     Ok(())
 }
 
-/// The mutating requests moto received since `from` (index into its recording), each as its
-/// action and its decoded parameters.
-fn mutations_since(moto: &Moto, from: usize) -> Vec<(String, BTreeMap<String, String>)> {
-    moto.requests()[from..]
-        .iter()
-        .map(|body| {
-            url::form_urlencoded::parse(body.as_bytes())
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect::<BTreeMap<String, String>>()
-        })
-        .filter_map(|params| Some((params.get("Action")?.clone(), params)))
-        .filter(|(a, _)| !(a.starts_with("Describe") || a.starts_with("Get") || a.starts_with("List")))
-        .collect()
-}
-
 /// A cluster whose Nodes have kubeadm-style short names (`worker-0…`, provider IDs set, the
 /// instances' private DNS names are something else), whose CCM runs with `--cluster-name=e2e`
 /// and `NLBSecurityGroupMode = Managed`: `orphans` lists no live route, group or rule (without
@@ -642,7 +618,7 @@ async fn orphans_never_touch_live_routes_groups_or_rules() -> Result<()> {
     let (code, out, err) = orphans(&moto, &delete)?;
     assert_eq!(code, 1, "{out}\n{err}");
     assert!(err.contains("--delete needs the CCM's cluster name"), "{err}");
-    assert_eq!(mutations_since(&moto, before), vec![]);
+    assert_eq!(moto.mutations_since(before), vec![]);
 
     // The CCM as a Pod in kube-system (never scheduled here; its spec is what counts).
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "kube-system");
@@ -657,7 +633,7 @@ async fn orphans_never_touch_live_routes_groups_or_rules() -> Result<()> {
                     "name": "cloud-controller-manager",
                     "image": "cloud-controller-manager-aws:test",
                     "command": ["/cloud-controller-manager-aws"],
-                    "args": ["--cloud-provider=aws", "--cluster-name=e2e", "--leader-elect=true"]
+                    "args": ["--cloud-provider=aws", "--cluster-name=e2e", "--cluster-cidr=10.244.0.0/16", "--leader-elect=true"]
                 }]
             }
         }))?,
@@ -672,7 +648,22 @@ async fn orphans_never_touch_live_routes_groups_or_rules() -> Result<()> {
         err.contains("--cluster-name=kubernetes but the CCM in Pod kube-system/cloud-controller-manager-abcde runs with --cluster-name=e2e"),
         "{err}"
     );
-    assert_eq!(mutations_since(&moto, before), vec![]);
+    assert_eq!(moto.mutations_since(before), vec![]);
+    // A --cluster-cidr wider than the running CCM's (it would take in routes that are not the
+    // cluster's): refused, nothing changes.
+    let mut wider: Vec<String> = delete
+        .iter()
+        .filter(|a| !a.starts_with("--cluster-cidr="))
+        .cloned()
+        .collect();
+    wider.push("--cluster-cidr=10.0.0.0/8".into());
+    let (code, out, err) = orphans(&moto, &wider)?;
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(
+        err.contains("--cluster-cidr=10.0.0.0/8 but the CCM in Pod kube-system/cloud-controller-manager-abcde runs with --cluster-cidr=10.244.0.0/16"),
+        "{err}"
+    );
+    assert_eq!(moto.mutations_since(before), vec![]);
 
     // The name read from the Pod: exactly the true orphans go.
     let (code, out, err) = orphans(&moto, &delete)?;
@@ -685,7 +676,11 @@ async fn orphans_never_touch_live_routes_groups_or_rules() -> Result<()> {
         "{out}"
     );
     assert!(out.contains("Deletion plan"), "{out}");
-    let mutations = mutations_since(&moto, before);
+    assert!(
+        out.contains("Same cluster: the instances of the cluster's 3 Node(s) carry the tag kubernetes.io/cluster/e2e."),
+        "{out}"
+    );
+    let mutations = moto.mutations_since(before);
     println!("{mutations:#?}");
     for (action, params) in &mutations {
         let target = |key: &str| params.get(key).cloned().unwrap_or_default();

@@ -61,8 +61,13 @@ fn watch(
         let mut samples = 0;
         while !stop.is_cancelled() {
             let kcm_active = standin.is_active();
-            let metrics = ccm.metrics().await.unwrap_or_default();
+            let metrics = ccm.metrics().await;
             let kcm_after = standin.is_active();
+            // A failed read shows nothing: it is not a sample.
+            let Ok(metrics) = metrics else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            };
             for c in MIGRATED {
                 let ccm_active = metrics.contains(&format!(
                     "running_managed_controllers{{manager=\"cloud-controller-manager\",name=\"{c}\"}} 1"
@@ -83,12 +88,13 @@ fn watch(
     })
 }
 
-async fn ccm_runs_migrated(ccm: &CcmProcess) -> bool {
+/// Whether the CCM runs every migrated controller; `None` when `/metrics` cannot be read.
+async fn ccm_runs_migrated(ccm: &CcmProcess) -> Option<bool> {
     let mut all = true;
     for c in MIGRATED {
-        all &= ccm.runs_controller(c).await;
+        all &= ccm.runs_controller(c).await.ok()?;
     }
-    all
+    Some(all)
 }
 
 #[tokio::test]
@@ -107,13 +113,13 @@ async fn migrated_controllers_move_to_the_ccm_only_after_the_kcm_releases_the_lo
     let stop = tokio_util::sync::CancellationToken::new();
     let watcher = watch(ccm.clone(), standin.probe(), stop.clone());
     wait_for("ccm leads its primary lock", Duration::from_secs(30), || async {
-        ccm.is_leader("cloud-controller-manager").await.then_some(())
+        ccm.is_leader("cloud-controller-manager").await.ok()?.then_some(())
     })
     .await?;
     wait_for(
         "non-migrated controller runs",
         Duration::from_secs(20),
-        || async { ccm.runs_controller("cloud-node").await.then_some(()) },
+        || async { ccm.runs_controller("cloud-node").await.ok()?.then_some(()) },
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -123,11 +129,11 @@ async fn migrated_controllers_move_to_the_ccm_only_after_the_kcm_releases_the_lo
     );
     for c in MIGRATED {
         assert!(
-            !ccm.runs_controller(c).await,
+            !ccm.runs_controller(c).await?,
             "{c} must wait for the migration lock"
         );
     }
-    assert!(!ccm.is_leader(MIGRATION_LEASE).await);
+    assert!(!ccm.is_leader(MIGRATION_LEASE).await?);
     let (_, verbose) = ccm.get("/healthz?verbose").await?;
     assert!(
         verbose.contains("[+]leaderElection ok") && verbose.contains("[+]leaderMigration ok"),
@@ -139,7 +145,7 @@ async fn migrated_controllers_move_to_the_ccm_only_after_the_kcm_releases_the_lo
     wait_for(
         "ccm runs the migrated controllers",
         Duration::from_secs(30),
-        || async { ccm_runs_migrated(&ccm).await.then_some(()) },
+        || async { ccm_runs_migrated(&ccm).await?.then_some(()) },
     )
     .await?;
     let handover = released.elapsed();
@@ -152,7 +158,7 @@ async fn migrated_controllers_move_to_the_ccm_only_after_the_kcm_releases_the_lo
         "{handover:?}: the released migration lock was not used"
     );
     assert!(
-        ccm.is_leader(MIGRATION_LEASE).await,
+        ccm.is_leader(MIGRATION_LEASE).await?,
         "leader_election_master_status shows the migration lock"
     );
 
@@ -186,7 +192,7 @@ async fn a_killed_kcm_hands_over_after_the_lease_expires_without_overlap() -> Re
     wait_for(
         "non-migrated controller runs",
         Duration::from_secs(30),
-        || async { ccm.runs_controller("cloud-node").await.then_some(()) },
+        || async { ccm.runs_controller("cloud-node").await.ok()?.then_some(()) },
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -195,7 +201,7 @@ async fn a_killed_kcm_hands_over_after_the_lease_expires_without_overlap() -> Re
     wait_for(
         "ccm runs the migrated controllers",
         Duration::from_secs(90),
-        || async { ccm_runs_migrated(&ccm).await.then_some(()) },
+        || async { ccm_runs_migrated(&ccm).await?.then_some(()) },
     )
     .await?;
     let took = killed.elapsed();
@@ -272,7 +278,7 @@ async fn a_config_naming_the_other_components_controllers_starts_with_a_warning(
     wait_for(
         "the migrated controllers run",
         Duration::from_secs(60),
-        || async { ccm_runs_migrated(&ccm).await.then_some(()) },
+        || async { ccm_runs_migrated(&ccm).await?.then_some(()) },
     )
     .await?;
     assert!(

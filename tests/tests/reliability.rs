@@ -138,7 +138,7 @@ async fn load_balancers_converge_under_30_percent_cloud_faults() -> Result<()> {
         - calls_before;
     let throttled = rig.metric("cloudprovider_aws_api_throttled_requests_total").await;
     let errors = rig.metric("cloudprovider_aws_api_request_errors").await;
-    let panics = rig.metric("controller_panics_total").await;
+    let panics = rig.metric_read("controller_panics_total").await?;
     println!(
         "faults {:.0} % ({kinds:?}): {count} Services through create/add port/NLB/delete in {took:.1?}; {requests} HTTP requests ({} faulted: {:?}); {logical} provider calls ({errors} failed after the SDK's retries); {:.2} HTTP requests per provider call; {:.2} requests/s; throttled attempts counted {throttled}; panics {panics}",
         share * 100.0,
@@ -576,7 +576,7 @@ async fn nodes_and_services_converge_under_random_api_server_faults() -> Result<
     }
     let took = start.elapsed();
     ccm.check_running()?;
-    let panics = ccm.metric_value("controller_panics_total").await + 0.0;
+    let panics = ccm.metric_value_read("controller_panics_total").await?;
     let log = ccm.log();
     println!(
         "API server with {:.0} % faults: {N} Nodes initialised and {N} Services provisioned in {provisioned:.1?}, deleted by {took:.1?}; {} requests through the proxy, {} faulted ({:?}); panics {panics}",

@@ -189,8 +189,8 @@ impl AwsCloud {
         }
         let keep = Self::byo_groups(opts.as_ref());
         let deleted = match old {
-            LbKind::Classic => self.delete_classic(&name, &keep).await?,
-            _ => self.delete_nlb(cluster, &name, svc, &keep).await?,
+            LbKind::Classic => self.delete_classic(&name, &keep, true).await?,
+            _ => self.delete_nlb(cluster, &name, svc, &keep, true).await?,
         };
         if deleted {
             tracing::info!(lb = %name, service = %service_key(svc), from = ?old, to = ?wanted, "load-balancer type changed: deleted the old load balancer");
@@ -364,8 +364,8 @@ impl LoadBalancer for AwsCloud {
         // Bad annotations must not block deletion: only the groups they name are kept.
         let opts = LbOptions::parse(svc).ok();
         let keep = Self::byo_groups(opts.as_ref());
-        self.delete_classic(&name, &keep).await?;
-        self.delete_nlb(cluster, &name, svc, &keep).await?;
+        self.delete_classic(&name, &keep, true).await?;
+        self.delete_nlb(cluster, &name, svc, &keep, true).await?;
         Ok(())
     }
 }

@@ -47,9 +47,12 @@ impl AwsCloud {
             if id == self.config.elb_security_group {
                 continue;
             }
+            // Only a group this provider made for a load balancer: a Classic ELB's own
+            // `k8s-elb-<name>`, or an NLB's managed group (tag and description).
             let wanted = match name.strip_prefix(CLASSIC_GROUP_PREFIX) {
-                Some(lb) => w.classic.contains(lb),
-                None => w.network_services.contains(&service),
+                Some(lb) if self.made_for_classic(g, lb) => w.classic.contains(lb),
+                None if self.made_for_nlb(g, &service) => w.network_services.contains(&service),
+                _ => continue,
             };
             if wanted || self.group_user(id, &staying).await?.is_some() {
                 continue;
@@ -143,9 +146,13 @@ impl AwsCloud {
         let Some(g) = out.security_groups().first() else {
             return Ok(()); // gone with its load balancer
         };
-        if self.ours(&tags_of(g)).is_none() {
+        let made = match g.group_name().unwrap_or_default().strip_prefix(CLASSIC_GROUP_PREFIX) {
+            Some(lb) => self.made_for_classic(g, lb),
+            None => self.made_for_nlb(g, &orphan.owner),
+        };
+        if self.ours(&tags_of(g)).is_none() || !made {
             return Err(CloudError::msg(format!(
-                "security group {} is not owned by this cluster's load balancers; not deleted",
+                "security group {} was not made by this cluster's cloud-controller-manager for a load balancer; not deleted",
                 orphan.id
             )));
         }
@@ -156,9 +163,17 @@ impl AwsCloud {
                 orphan.id
             )));
         }
-        self.revoke_references(&orphan.id).await?;
-        self.delete_owned_security_group(g, std::time::Duration::from_secs(120))
-            .await
+        if self
+            .release_and_delete_group(g, std::time::Duration::from_secs(120))
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(CloudError::msg(format!(
+                "security group {} is named by rules this cluster's cloud-controller-manager did not make (see the warning); it and they are kept",
+                orphan.id
+            )))
+        }
     }
 
     /// The rules of the cluster group `g` that admit a source that is gone: a security group of
@@ -175,7 +190,10 @@ impl AwsCloud {
     ) -> Vec<Orphan> {
         let gid = g.group_id().unwrap_or_default();
         let mut out = Vec::new();
-        for pair in g.ip_permissions().iter().flat_map(|p| p.user_id_group_pairs()) {
+        // Only this provider's own permission (every protocol from a load balancer's group):
+        // a rule of any other shape is somebody else's, even when its source is gone.
+        let own = g.ip_permissions().iter().filter(|p| p.ip_protocol() == Some("-1"));
+        for pair in own.flat_map(|p| p.user_id_group_pairs()) {
             let Some(source) = pair.group_id() else { continue };
             let same_account = pair.user_id().is_none_or(|u| Some(u) == g.owner_id());
             let same_vpc = pair.vpc_id().is_none_or(|v| v == vpc);
@@ -295,6 +313,7 @@ impl AwsCloud {
                     .iter()
                     .filter(|r| {
                         r.is_egress() == Some(false)
+                            && r.ip_protocol() == Some("-1")
                             && r.referenced_group_info().and_then(|i| i.group_id()) == Some(source)
                     })
                     .filter_map(|r| r.security_group_rule_id().map(str::to_string))
@@ -328,9 +347,7 @@ mod tests {
 
     fn pair(group: &str, user: Option<&str>, vpc: Option<&str>, peering: Option<&str>) -> IpPermission {
         IpPermission::builder()
-            .ip_protocol("tcp")
-            .from_port(1)
-            .to_port(1)
+            .ip_protocol("-1")
             .user_id_group_pairs(
                 UserIdGroupPair::builder()
                     .group_id(group)
@@ -357,7 +374,7 @@ mod tests {
     }
 
     #[test]
-    fn only_rules_naming_a_missing_group_of_this_account_and_vpc_or_a_gone_nlb_are_orphans() {
+    fn only_own_rules_naming_a_missing_group_of_this_account_and_vpc_or_a_gone_nlb_are_orphans() {
         let g = SecurityGroup::builder()
             .group_id("sg-nodes")
             .owner_id("111")
@@ -366,6 +383,15 @@ mod tests {
             .ip_permissions(pair("sg-peered", None, None, Some("pcx-1")))
             .ip_permissions(pair("sg-other-account", Some("222"), None, None))
             .ip_permissions(pair("sg-other-vpc", None, Some("vpc-2"), None))
+            // A user's port rule naming a gone group: not this provider's, never an orphan.
+            .ip_permissions(
+                IpPermission::builder()
+                    .ip_protocol("tcp")
+                    .from_port(443)
+                    .to_port(443)
+                    .user_id_group_pairs(UserIdGroupPair::builder().group_id("sg-gone-too").build())
+                    .build(),
+            )
             .ip_permissions(cidr("kubernetes.io/rule/nlb/client=agone"))
             .ip_permissions(cidr("kubernetes.io/rule/nlb/health=aalive"))
             .ip_permissions(cidr("kubernetes.io/rule/nlb/mtu=awanted"))

@@ -10,25 +10,37 @@
 //!   legacy `KubernetesCluster=<cluster ID>`) and `kubernetes.io/service-name=<ns>/<name>` are
 //!   looked at; the cluster ID is the CCM's (cloud config, or the instance's tags). Resources
 //!   of the AWS Load Balancer Controller (`elbv2.k8s.aws/…` tags) never are.
-//! - **Classic ELBs and NLBs.** An orphan when no Service wants a load balancer of its name: a
-//!   Service wants `a` + its UID (without dashes, 32 characters) when it is `type:
-//!   LoadBalancer` or still carries the cleanup finalizer, of the kind its annotations name —
-//!   both kinds when they do not parse (doubt keeps).
+//! - **Classic ELBs and NLBs.** An orphan when no Service wants a load balancer of its name and
+//!   no Service is served by it: a Service wants `a` + its UID (without dashes, 32 characters)
+//!   when it is `type: LoadBalancer` or still carries the cleanup finalizer, of the kind its
+//!   annotations name — both kinds when they do not parse (doubt keeps); and any Service (of
+//!   any type or class, external ones included) is served by the load balancers whose DNS name
+//!   its `status.loadBalancer.ingress` still shows — the old one during a switch between kinds,
+//!   after a failed switch, or while another controller takes the Service over.
 //! - **Target groups.** An orphan when its Service wants no NLB and every load balancer it is
 //!   attached to is an orphan too (it goes with them).
-//! - **Security groups.** An orphan when no load balancer that stays (any Classic ELB, NLB or
-//!   ALB of the account and region that is not itself an orphan) has it, no network interface
-//!   but a load balancer's uses it, it is not `[Global] ElbSecurityGroup`, and its Service
-//!   wants nothing of it: a Classic ELB's group `k8s-elb-<name>` is wanted while a Service
-//!   wants the Classic ELB `<name>`; any other group (the NLB's managed group) while its
-//!   Service wants an NLB.
-//! - **Rules of the cluster's security groups** admitting a source that is gone: a security
-//!   group of this account and VPC that no longer exists (rules through a peering connection
-//!   or naming another account or VPC are never looked at), or an NLB named in the rule's
+//! - **Security groups.** Only groups this provider made for a load balancer are ever looked
+//!   at: a Classic ELB's `k8s-elb-<name>` (name, owned tag and the description it is made
+//!   with), an NLB's managed group (owned and Service tags, the managed description). Any other
+//!   group, even one tagged `owned` (EKS' cluster group, a Service's `extra-security-groups`),
+//!   is never an orphan and never deleted. Such a group is an orphan when no load balancer that
+//!   stays (any Classic ELB, NLB or ALB of the account and region that is not itself an orphan)
+//!   has it, no network interface but a load balancer's uses it, it is not `[Global]
+//!   ElbSecurityGroup`, and its Service wants nothing of it: `k8s-elb-<name>` is wanted while a
+//!   Service wants the Classic ELB `<name>`, the NLB's managed group while its Service wants an
+//!   NLB. Deleting one revokes only this provider's permission for it (every protocol from the
+//!   group) from the cluster's groups; when rules of any other shape, or of groups without the
+//!   cluster tag, still name it, it is kept and so are they.
+//! - **Rules of the cluster's security groups** admitting a source that is gone: this
+//!   provider's permission (every protocol) for a security group of this account and VPC that
+//!   no longer exists (rules through a peering connection or naming another account or VPC,
+//!   and rules of any other shape, are never looked at), or an NLB named in the rule's
 //!   description (`kubernetes.io/rule/nlb/{client,health,mtu}=<name>`) that does not exist and
 //!   that no Service wants.
 //! - **Routes** (with the cluster CIDR): see [`routes`].
 //!
+//! The account is checked to be the cluster's before anything is deleted
+//! ([`AwsCloud::verify_cluster`]: the Nodes' instances carry this cluster ID's tag).
 //! Deletion ([`AwsCloud::delete_orphan`], [`AwsCloud::delete_orphan_route`]) reads every
 //! candidate again right before deleting it and refuses when it is no longer an orphan. Its
 //! order never removes what a load balancer that stays needs: load balancers first, then
@@ -124,6 +136,16 @@ struct Wanted {
     network_services: BTreeSet<String>,
     /// Service keys that exist, for the reasons.
     services: BTreeSet<String>,
+    /// The hostnames (lower case) and IPs the Services' `status.loadBalancer.ingress` show:
+    /// the load balancers serving them now, whatever their annotations say.
+    serving: BTreeSet<String>,
+}
+
+impl Wanted {
+    /// Whether a Service is served by the load balancer with this DNS name.
+    fn serves(&self, dns_name: &str) -> bool {
+        !dns_name.is_empty() && self.serving.contains(&dns_name.to_ascii_lowercase())
+    }
 }
 
 /// One load balancer of the account and region (any type), as a listing saw it.
@@ -139,6 +161,8 @@ pub(crate) struct SeenLb {
     pub(crate) groups: Vec<String>,
     /// For target groups: the load balancers (ARNs) it is attached to; empty otherwise.
     pub(crate) attached_to: Vec<String>,
+    /// Its DNS name (empty for target groups).
+    pub(crate) dns_name: String,
 }
 
 impl AwsCloud {
@@ -147,6 +171,15 @@ impl AwsCloud {
         for svc in services {
             let key = service_key(svc);
             w.services.insert(key.clone());
+            for ingress in svc
+                .status
+                .iter()
+                .flat_map(|s| s.load_balancer.iter())
+                .flat_map(|lb| lb.ingress.iter().flatten())
+            {
+                w.serving.extend(ingress.hostname.iter().map(|h| h.to_ascii_lowercase()));
+                w.serving.extend(ingress.ip.iter().cloned());
+            }
             let is_lb = svc.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer");
             let has_finalizer = svc
                 .metadata
@@ -235,6 +268,7 @@ impl AwsCloud {
             kind: "classic".into(),
             groups: d.security_groups().to_vec(),
             attached_to: vec![],
+            dns_name: d.dns_name().unwrap_or_default().to_string(),
         });
         let v2 = v2.into_iter().map(|lb| SeenLb {
             name: lb.load_balancer_name().unwrap_or_default().to_string(),
@@ -242,6 +276,7 @@ impl AwsCloud {
             kind: lb.r#type().map(|t| t.as_str().to_string()).unwrap_or_default(),
             groups: lb.security_groups().to_vec(),
             attached_to: vec![],
+            dns_name: lb.dns_name().unwrap_or_default().to_string(),
         });
         let target_groups = target_groups.into_iter().map(|tg| SeenLb {
             name: tg.target_group_name().unwrap_or_default().to_string(),
@@ -249,6 +284,7 @@ impl AwsCloud {
             kind: TARGET_GROUP.into(),
             groups: vec![],
             attached_to: tg.load_balancer_arns().to_vec(),
+            dns_name: String::new(),
         });
         Ok(classic.chain(v2).chain(target_groups).collect())
     }
@@ -262,11 +298,12 @@ impl AwsCloud {
         let mut found = Vec::new();
 
         // Classic ELBs (tags read 20 at a time).
-        let classic: Vec<String> = seen
+        let classic_dns: BTreeMap<&str, &str> = seen
             .iter()
             .filter(|l| l.kind == "classic")
-            .map(|l| l.name.clone())
+            .map(|l| (l.name.as_str(), l.dns_name.as_str()))
             .collect();
+        let classic: Vec<String> = classic_dns.keys().map(|n| n.to_string()).collect();
         for chunk in classic.chunks(20) {
             let out = self
                 .api
@@ -282,8 +319,10 @@ impl AwsCloud {
             for d in out.tag_descriptions() {
                 let tags = elb_tag_map(d.tags());
                 let name = d.load_balancer_name().unwrap_or_default();
+                let serving = classic_dns.get(name).is_some_and(|dns| w.serves(dns));
                 if let Some(service) = self.ours(&tags)
                     && !w.classic.contains(name)
+                    && !serving
                 {
                     found.push(Orphan {
                         kind: OrphanKind::ClassicLoadBalancer,
@@ -325,7 +364,7 @@ impl AwsCloud {
                 };
                 if lb.kind == TARGET_GROUP {
                     target_groups.push(((*lb).clone(), service));
-                } else if !w.network.contains(&lb.name) {
+                } else if !w.network.contains(&lb.name) && !w.serves(&lb.dns_name) {
                     orphan_nlbs.insert(arn.to_string());
                     found.push(Orphan {
                         kind: OrphanKind::NetworkLoadBalancer,
@@ -359,6 +398,93 @@ impl AwsCloud {
         Ok(found)
     }
 
+    /// Checks that the cluster whose Nodes are `nodes` (every Node, from the kubeconfig) is the
+    /// cluster of this cloud config's cluster ID, before anything is deleted: every Node with an
+    /// AWS provider ID must run on an instance of this account and region that carries the
+    /// cluster tag (`kubernetes.io/cluster/<id>`, or legacy `KubernetesCluster=<id>`), and
+    /// there must be at least one. A kubeconfig of one cluster paired with the cloud config of
+    /// another would otherwise make every load balancer of the other cluster an orphan.
+    /// Returns a one-line summary of what was checked.
+    pub async fn verify_cluster(&self, nodes: &[k8s_openapi::api::core::v1::Node]) -> CloudResult<String> {
+        let id = self.cluster_id();
+        let mut by_instance: BTreeMap<String, String> = BTreeMap::new();
+        for node in nodes {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            let Some(pid) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) else {
+                continue;
+            };
+            if !pid.starts_with("aws://") {
+                continue;
+            }
+            let instance = crate::instances::instance_id_from_provider_id(pid).map_err(|e| {
+                CloudError::msg(format!("Node {name}: spec.providerID {pid:?}: {e}; nothing is deleted"))
+            })?;
+            by_instance.insert(instance, name);
+        }
+        if by_instance.is_empty() {
+            return Err(CloudError::msg(format!(
+                "no Node of the kubeconfig's cluster has an AWS provider ID, so it cannot be checked to be the cluster {id:?} of the cloud config; nothing is deleted"
+            )));
+        }
+        let ids: Vec<String> = by_instance.keys().cloned().collect();
+        let mut found = BTreeMap::new();
+        for chunk in ids.chunks(200) {
+            let out = self
+                .api
+                .call(
+                    "describe_instances",
+                    self.ec2
+                        .describe_instances()
+                        .filters(
+                            aws_sdk_ec2::types::Filter::builder()
+                                .name("instance-id")
+                                .set_values(Some(chunk.to_vec()))
+                                .build(),
+                        )
+                        .into_paginator()
+                        .items()
+                        .send()
+                        .try_collect(),
+                )
+                .await
+                .map_err(|e| cloud_error("reading the Nodes' instances to check the cluster", e))?;
+            for r in &out {
+                for i in r.instances() {
+                    let info = crate::instances::InstanceInfo::from_sdk(i);
+                    found.insert(info.id.clone(), info);
+                }
+            }
+        }
+        let mut problems = Vec::new();
+        for (instance, node) in &by_instance {
+            match found.get(instance) {
+                None => problems.push(format!(
+                    "Node {node}'s instance {instance} is not in this account and region"
+                )),
+                Some(i) if !i.belongs_to(id) => problems.push(format!(
+                    "Node {node}'s instance {instance} does not carry the tag kubernetes.io/cluster/{id}"
+                )),
+                Some(_) => {}
+            }
+        }
+        if !problems.is_empty() {
+            let shown: Vec<&str> = problems.iter().take(3).map(String::as_str).collect();
+            return Err(CloudError::msg(format!(
+                "the kubeconfig's cluster does not look like the cluster {id:?} of the cloud config: {}{}; nothing is deleted",
+                shown.join("; "),
+                if problems.len() > 3 {
+                    format!(" (and {} more)", problems.len() - 3)
+                } else {
+                    String::new()
+                }
+            )));
+        }
+        Ok(format!(
+            "the instances of the cluster's {} Node(s) carry the tag kubernetes.io/cluster/{id}",
+            by_instance.len()
+        ))
+    }
+
     /// Deletes one orphan found by [`AwsCloud::find_orphans`] the way the service controller
     /// deletes a load balancer: a Classic ELB or NLB with its listeners and the node security
     /// group rules that admitted it; a target group; a security group after the rules of other
@@ -380,12 +506,12 @@ impl AwsCloud {
         match orphan.kind {
             OrphanKind::ClassicLoadBalancer => {
                 if self.classic_owned(&orphan.id).await? {
-                    self.delete_classic(&orphan.id, &BTreeSet::new()).await?;
+                    self.delete_classic(&orphan.id, &BTreeSet::new(), false).await?;
                 }
             }
             OrphanKind::NetworkLoadBalancer => {
                 if self.elbv2_owned(&orphan.id).await? {
-                    self.delete_nlb(cluster_name, &orphan.name, &svc, &BTreeSet::new())
+                    self.delete_nlb(cluster_name, &orphan.name, &svc, &BTreeSet::new(), false)
                         .await?;
                 }
             }

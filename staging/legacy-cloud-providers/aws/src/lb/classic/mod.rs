@@ -15,6 +15,8 @@ use k8s_cloud_provider::{
 };
 use k8s_openapi::api::core::v1::Service;
 
+use aws_sdk_ec2::types::SecurityGroup;
+
 use super::{LbPort, network::CidrRule, not_found_as_none};
 use crate::{AwsCloud, annotations::LbOptions, cloud_error, instances::InstanceInfo};
 
@@ -235,7 +237,7 @@ impl AwsCloud {
                         .await
                         .map_err(|e| cloud_error(format!("setting the security groups of {name}"), e))?;
                     let replaced: Vec<String> = have_groups.difference(&want_groups).cloned().collect();
-                    self.remove_replaced_groups(name, &replaced).await?;
+                    self.remove_replaced_groups(name, &key, &replaced).await?;
                 }
                 self.add_missing_classic_tags(name, &opts.additional_tags).await?;
                 lb.dns_name().unwrap_or_default().to_string()
@@ -490,28 +492,60 @@ impl AwsCloud {
         Ok(())
     }
 
-    /// Handles `groups`, just detached from the load balancer `name`: cluster-owned ones are
-    /// deleted after every reference to them in the VPC is revoked; for the others only the
-    /// node rules admitting them are revoked ([`AwsCloud::release_node_access`]).
-    pub(crate) async fn remove_replaced_groups(&self, name: &str, groups: &[String]) -> CloudResult<()> {
+    /// Handles `groups`, just detached from the load balancer `name` of the Service `service`
+    /// (`namespace/name`): a group this provider made for it ([`AwsCloud::made_for_classic`],
+    /// [`AwsCloud::made_for_nlb`]) is deleted after this provider's rules naming it are revoked
+    /// ([`AwsCloud::release_and_delete_group`]); for any other group, even one tagged `owned`
+    /// (a Service's former `extra-security-groups`), only the node rules admitting it are
+    /// revoked ([`AwsCloud::release_node_access`]).
+    pub(crate) async fn remove_replaced_groups(
+        &self,
+        name: &str,
+        service: &str,
+        groups: &[String],
+    ) -> CloudResult<()> {
         for g in self.security_groups(groups).await? {
             let id = g.group_id().unwrap_or_default().to_string();
-            let tags = super::network::tags_of(&g);
-            if !self.owned_by_cluster(&tags) || id == self.config.elb_security_group {
+            let made = self.made_for_classic(&g, name) || self.made_for_nlb(&g, service);
+            if !made || id == self.config.elb_security_group {
                 self.release_node_access(name, &id).await?;
                 continue;
             }
-            self.revoke_references(&id).await?;
-            self.delete_owned_security_group(&g, Duration::from_secs(600))
+            self.release_and_delete_group(&g, Duration::from_secs(600))
                 .await?;
         }
         Ok(())
     }
 
-    /// Deletes the Classic ELB `name` and what this provider made for it (AWS-39, A6.5):
-    /// references to its owned groups are revoked from every group of the VPC, the load
-    /// balancer is deleted, then its owned groups (retrying `DependencyViolation`).
-    pub(crate) async fn delete_classic(&self, name: &str, keep: &BTreeSet<String>) -> CloudResult<bool> {
+    /// Whether `group` is the security group this provider (or upstream's) made for the
+    /// Classic ELB `name`: named `k8s-elb-<name>`, owned by this cluster, with the description
+    /// it is created with. Only such a group is ever deleted with the load balancer; any other
+    /// group on it (a Service's `security-groups` / `extra-security-groups`, the cloud config's
+    /// `ElbSecurityGroup`, a group a user attached, even when tagged `owned`, like EKS' cluster
+    /// group) is left as it is.
+    pub(crate) fn made_for_classic(&self, group: &SecurityGroup, name: &str) -> bool {
+        group.group_name() == Some(format!("k8s-elb-{name}").as_str())
+            && group
+                .description()
+                .is_some_and(|d| d.starts_with(&format!("Security group for Kubernetes ELB {name}")))
+            && self.owned_by_cluster(&super::network::tags_of(group))
+    }
+
+    /// Deletes the Classic ELB `name` and what this provider made for it (AWS-39, A6.5): this
+    /// provider's permissions for the group it made (`k8s-elb-<name>`,
+    /// [`AwsCloud::made_for_classic`]) are revoked from the cluster's groups, the load balancer
+    /// is deleted, then that group (retrying `DependencyViolation`; kept when rules this
+    /// provider did not make name it). No other group on the load balancer is deleted; `keep`
+    /// (the Service's bring-your-own groups) are not even described. Without a group it made,
+    /// the nodes' permission for the load balancer's first group is revoked when
+    /// `release_primary` (the service controller, which knows the Service's groups; `orphans`,
+    /// which does not, leaves it).
+    pub(crate) async fn delete_classic(
+        &self,
+        name: &str,
+        keep: &BTreeSet<String>,
+        release_primary: bool,
+    ) -> CloudResult<bool> {
         let lb = self.describe_classic(name).await?;
         let mut candidates: Vec<String> = lb
             .as_ref()
@@ -528,18 +562,37 @@ impl AwsCloud {
         candidates.retain(|id| *id != self.config.elb_security_group && !keep.contains(id));
         let mut doomed = Vec::new();
         for g in self.security_groups(&candidates).await? {
-            let tags = super::network::tags_of(&g);
-            if self.owned_by_cluster(&tags) {
+            if self.made_for_classic(&g, name) {
                 doomed.push(g);
+            } else {
+                tracing::info!(
+                    lb = name,
+                    group = g.group_id().unwrap_or_default(),
+                    "security group of the classic ELB not made for it; kept"
+                );
             }
         }
+        let mut kept = BTreeSet::new();
         for g in &doomed {
-            self.revoke_references(g.group_id().unwrap_or_default()).await?;
+            let id = g.group_id().unwrap_or_default();
+            let remaining = self.revoke_references(id).await?;
+            if !remaining.is_empty() {
+                tracing::warn!(
+                    lb = name,
+                    group = id,
+                    rules = ?remaining,
+                    "security group kept: rules this provider did not make still name it"
+                );
+                kept.insert(id.to_string());
+            }
         }
+        doomed.retain(|g| !kept.contains(g.group_id().unwrap_or_default()));
         // A kept (bring-your-own) group through which the nodes admitted this load balancer:
         // only the node rules go (spec A6.5 step 3).
         if let Some(primary) = lb.as_ref().and_then(|l| l.security_groups().first())
-            && !doomed.iter().any(|g| g.group_id() == Some(primary.as_str()))
+            && release_primary
+            && doomed.is_empty()
+            && kept.is_empty()
         {
             self.release_node_access(name, primary).await?;
         }

@@ -363,13 +363,49 @@ impl AwsCloud {
         }
     }
 
-    /// Whether `group` allows everything from `source_group`.
-    pub(crate) fn allows_group(group: &SecurityGroup, source_group: &str) -> bool {
-        group.ip_permissions().iter().any(|p| {
-            p.user_id_group_pairs()
+    /// Whether `p` is the permission this provider (and upstream's
+    /// `updateInstanceSecurityGroupsForLoadBalancer`) grants a load balancer's group on the
+    /// nodes' groups: every protocol and port (`-1`) from `source_group`. Rules of any other
+    /// shape that name the group are somebody else's.
+    pub(crate) fn is_own_group_permission(p: &IpPermission, source_group: &str) -> bool {
+        p.ip_protocol() == Some("-1")
+            && p
+                .user_id_group_pairs()
                 .iter()
                 .any(|g| g.group_id() == Some(source_group))
-        })
+    }
+
+    /// Whether `group` allows everything from `source_group` (the permission this provider
+    /// grants, [`AwsCloud::is_own_group_permission`]).
+    pub(crate) fn allows_group(group: &SecurityGroup, source_group: &str) -> bool {
+        group
+            .ip_permissions()
+            .iter()
+            .any(|p| Self::is_own_group_permission(p, source_group))
+    }
+
+    /// The rules of `group` that name `source_group` and are not this provider's permission
+    /// (`protocol ports` each): a user's or another tool's, never revoked here.
+    pub(crate) fn foreign_group_rules(group: &SecurityGroup, source_group: &str) -> Vec<String> {
+        group
+            .ip_permissions()
+            .iter()
+            .filter(|p| {
+                !Self::is_own_group_permission(p, source_group)
+                    && p
+                        .user_id_group_pairs()
+                        .iter()
+                        .any(|g| g.group_id() == Some(source_group))
+            })
+            .map(|p| {
+                format!(
+                    "{} {}-{}",
+                    p.ip_protocol().unwrap_or("-1"),
+                    p.from_port().unwrap_or(-1),
+                    p.to_port().unwrap_or(-1)
+                )
+            })
+            .collect()
     }
 
     /// Lets `source_group` reach every port of `group` (node SG rule for a CLB, AWS-51).
@@ -386,27 +422,20 @@ impl AwsCloud {
             .await
     }
 
-    /// Removes every rule referencing `source_group` from `group`.
+    /// Revokes this provider's permission for `source_group` from `group` (every protocol from
+    /// the group, [`AwsCloud::is_own_group_permission`]), as upstream removes only that one.
+    /// Other rules naming `source_group` (a port a user opened to the load balancer's group, a
+    /// group's reference to itself) are kept.
     pub(crate) async fn disallow_group(&self, group: &SecurityGroup, source_group: &str) -> CloudResult<()> {
-        let perms: Vec<IpPermission> = group
-            .ip_permissions()
-            .iter()
-            .filter(|p| {
-                p.user_id_group_pairs()
-                    .iter()
-                    .any(|g| g.group_id() == Some(source_group))
-            })
-            .map(|p| {
-                IpPermission::builder()
-                    .ip_protocol(p.ip_protocol().unwrap_or("-1"))
-                    .set_from_port(p.from_port())
-                    .set_to_port(p.to_port())
-                    .user_id_group_pairs(UserIdGroupPair::builder().group_id(source_group).build())
-                    .build()
-            })
-            .collect();
+        if !Self::allows_group(group, source_group) {
+            return Ok(());
+        }
+        let perm = IpPermission::builder()
+            .ip_protocol("-1")
+            .user_id_group_pairs(UserIdGroupPair::builder().group_id(source_group).build())
+            .build();
         let id = group.group_id().unwrap_or_default();
-        self.revoke_ingress(id, perms, || format!("revoking {source_group} from {id}"))
+        self.revoke_ingress(id, vec![perm], || format!("revoking {source_group} from {id}"))
             .await
     }
 
@@ -532,22 +561,58 @@ impl AwsCloud {
             .map_err(|e| cloud_error(context(), e))
     }
 
-    /// Revokes the rules naming `group` as source from the **cluster-tagged** groups (as
-    /// upstream's `revokeSecurityGroupReferences`); a group without the cluster tag belongs to
-    /// someone else and is never modified.
-    pub(crate) async fn revoke_references(&self, group: &str) -> CloudResult<()> {
+    /// Revokes this provider's permission for `group` ([`AwsCloud::disallow_group`]) from the
+    /// **cluster-tagged** groups (as upstream's `revokeSecurityGroupReferences`); a group without
+    /// the cluster tag belongs to someone else and is never modified. Returns the references
+    /// that remain (`<group id>: <rule>`, rules of other shapes, and rules of groups without
+    /// the cluster tag): while there are any, `group` cannot be deleted and is kept.
+    pub(crate) async fn revoke_references(&self, group: &str) -> CloudResult<Vec<String>> {
+        let mut remaining = Vec::new();
         for g in self.groups_referencing(group).await? {
+            let gid = g.group_id().unwrap_or_default();
             if !self.tagged_for_cluster(&tags_of(&g)) {
                 tracing::info!(
-                    group = g.group_id().unwrap_or_default(),
+                    group = gid,
                     source = group,
                     "security group without the cluster tag references a load-balancer group; left alone"
                 );
+                remaining.push(format!("{gid}: every rule naming {group} (not this cluster's group)"));
                 continue;
             }
+            if gid == group {
+                continue; // a group's reference to itself goes with it
+            }
+            remaining.extend(
+                Self::foreign_group_rules(&g, group)
+                    .into_iter()
+                    .map(|r| format!("{gid}: {r} (not this provider's rule)")),
+            );
             self.disallow_group(&g, group).await?;
         }
-        Ok(())
+        Ok(remaining)
+    }
+
+    /// Deletes `group`, a security group this provider made for a load balancer, after
+    /// revoking its own permissions for it ([`AwsCloud::revoke_references`]) — unless rules it
+    /// did not make still name the group: then the group is kept (a warning names them), since
+    /// deleting it would mean revoking somebody else's rules. `Ok(false)`: kept.
+    pub(crate) async fn release_and_delete_group(
+        &self,
+        group: &SecurityGroup,
+        patience: std::time::Duration,
+    ) -> CloudResult<bool> {
+        let id = group.group_id().unwrap_or_default();
+        let remaining = self.revoke_references(id).await?;
+        if !remaining.is_empty() {
+            tracing::warn!(
+                group = id,
+                rules = ?remaining,
+                "security group kept: rules this provider did not make still name it"
+            );
+            return Ok(false);
+        }
+        self.delete_owned_security_group(group, patience).await?;
+        Ok(true)
     }
 
     /// Every security group of the VPC (paginated).

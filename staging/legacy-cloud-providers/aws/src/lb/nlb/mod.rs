@@ -45,6 +45,9 @@ pub const RULE_CLIENT: &str = "kubernetes.io/rule/nlb/client=";
 pub const RULE_HEALTH: &str = "kubernetes.io/rule/nlb/health=";
 /// Description prefix of the path-MTU rules.
 pub const RULE_MTU: &str = "kubernetes.io/rule/nlb/mtu";
+/// The description of the security group made for an NLB in `NLBSecurityGroupMode = Managed`
+/// (upstream's).
+const MANAGED_GROUP_DESCRIPTION: &str = "[k8s] Managed SecurityGroup for LoadBalancer";
 
 fn alnum(s: &str, max: usize) -> String {
     s.chars()
@@ -92,6 +95,18 @@ impl AwsCloud {
         format!("k8s-{}-{}-{}", alnum(ns, 8), alnum(name, 8), &digest[..10])
     }
 
+    /// Whether `group` is a security group this provider (or upstream's, in
+    /// `NLBSecurityGroupMode = Managed`) made for an NLB of the Service `service`
+    /// (`namespace/name`): owned by this cluster, tagged with the Service, with the managed
+    /// group's description. Its name is not needed (it hashes the Service's UID and the
+    /// cluster name, which a deleted Service no longer gives).
+    pub(crate) fn made_for_nlb(&self, group: &SecurityGroup, service: &str) -> bool {
+        let tags = crate::lb::network::tags_of(group);
+        group.description() == Some(MANAGED_GROUP_DESCRIPTION)
+            && tags.get("kubernetes.io/service-name").map(String::as_str) == Some(service)
+            && self.owned_by_cluster(&tags)
+    }
+
     /// Creates or updates the NLB of `svc`; returns its DNS name (empty until active or
     /// provisioning). `cluster_name` is `--cluster-name` (it names the managed group).
     pub(crate) async fn ensure_nlb(
@@ -128,7 +143,7 @@ impl AwsCloud {
                 let id = self
                     .ensure_owned_security_group(
                         &Self::managed_group_name(cluster_name, svc),
-                        "[k8s] Managed SecurityGroup for LoadBalancer",
+                        MANAGED_GROUP_DESCRIPTION,
                         &resource_tags,
                     )
                     .await?;
@@ -154,7 +169,7 @@ impl AwsCloud {
                         // AWS-53: owned groups detached from the NLB (the managed group after a
                         // switch to BYO groups) are cleaned up.
                         let replaced: Vec<String> = have.difference(&want).cloned().collect();
-                        self.remove_replaced_groups(name, &replaced).await?;
+                        self.remove_replaced_groups(name, &key, &replaced).await?;
                     }
                 }
                 None => {
@@ -463,17 +478,34 @@ impl AwsCloud {
     /// for a while), and only then the NLB itself — so that while a target group cannot be
     /// deleted the NLB still exists, the deletion fails and is retried (the service controller
     /// skips the deletion of a load balancer it cannot find). Then target groups left over by
-    /// earlier failures (by tag), the node rules and the managed group.
+    /// earlier failures (by tag), the node rules and the managed group. The nodes' permission
+    /// for a bring-your-own first group is revoked only when `release_primary` (see
+    /// [`AwsCloud::delete_classic`]).
     pub(crate) async fn delete_nlb(
         &self,
         cluster_name: &str,
         name: &str,
         svc: &Service,
         keep: &BTreeSet<String>,
+        release_primary: bool,
     ) -> CloudResult<bool> {
-        let managed = self
+        // The managed group: by its name (cluster name and the Service's UID), else among the
+        // NLB's groups the one made for this Service (tag and description, what upstream
+        // goes by; a deleted Service's UID, and so the name, is not known to `orphans`).
+        let key = service_key(svc);
+        let mut managed = self
             .security_group_by_name(&Self::managed_group_name(cluster_name, svc))
-            .await?;
+            .await?
+            .filter(|g| self.made_for_nlb(g, &key));
+        if managed.is_none()
+            && let Some(lb) = self.describe_nlb(name).await?
+        {
+            managed = self
+                .security_groups(lb.security_groups())
+                .await?
+                .into_iter()
+                .find(|g| self.made_for_nlb(g, &key));
+        }
         let mut gone: Vec<String> = Vec::new();
         // Node rules first: once the NLB is gone, nothing of it is left on the nodes' groups.
         self.release_nlb_rules(name).await?;
@@ -495,6 +527,7 @@ impl AwsCloud {
             // A bring-your-own group (managed mode) through which the nodes admitted this NLB:
             // only the node rules go. The managed group is handled below.
             if let Some(primary) = lb.security_groups().first()
+                && release_primary
                 && managed.as_ref().and_then(|g| g.group_id()) != Some(primary.as_str())
             {
                 self.release_node_access(name, primary).await?;
@@ -549,7 +582,6 @@ impl AwsCloud {
             gone.push(arn);
         }
         // Target groups earlier failures left behind.
-        let key = service_key(svc);
         if self.sweep_target_groups(svc, &gone).await? == 0 {
             self.tg_sweep_pending.lock().remove(&key);
         } else {
@@ -558,8 +590,7 @@ impl AwsCloud {
         if let Some(g) = managed
             && !keep.contains(g.group_id().unwrap_or_default())
         {
-            self.revoke_references(g.group_id().unwrap_or_default()).await?;
-            self.delete_owned_security_group(&g, Duration::from_secs(600))
+            self.release_and_delete_group(&g, Duration::from_secs(600))
                 .await?;
         }
         Ok(!gone.is_empty())
