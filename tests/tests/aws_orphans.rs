@@ -277,8 +277,9 @@ async fn orphans_lists_and_deletes_exactly_what_no_service_owns() -> Result<()> 
         .instance_ids(&extra[0].id)
         .send()
         .await?;
-    // Rules of the node group that admit a security group that was deleted since, and the
-    // clients of an NLB that is gone (what a CCM killed between the two deletions leaves).
+    // The CCM's permission (every protocol) on the node group for a security group that was
+    // deleted since, and the rules for the clients of an NLB that is gone (what a CCM killed
+    // between the two deletions leaves).
     let deleted_source = moto
         .ec2()
         .create_security_group()
@@ -296,9 +297,7 @@ async fn orphans_lists_and_deletes_exactly_what_no_service_owns() -> Result<()> 
         .group_id(node_group)
         .ip_permissions(
             aws_sdk_ec2::types::IpPermission::builder()
-                .ip_protocol("tcp")
-                .from_port(30000)
-                .to_port(30000)
+                .ip_protocol("-1")
                 .user_id_group_pairs(
                     aws_sdk_ec2::types::UserIdGroupPair::builder()
                         .group_id(&deleted_source)
