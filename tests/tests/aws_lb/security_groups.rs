@@ -254,47 +254,72 @@ async fn a_shared_byo_group_keeps_node_access_until_its_last_load_balancer_goes(
 }
 
 /// Issue 12 item 5: a user's group (not tagged for the cluster) that admits a cluster load
-/// balancer's group is never modified, not even when that load balancer goes.
+/// balancer's group is never modified, not even when that load balancer goes: while the user's
+/// rule names the load balancer's own group, nothing is deleted (the deletion fails with an
+/// event naming the rule and is retried, the Service keeps its finalizer); once the user
+/// removed the rule, the load balancer and its group go.
 #[tokio::test]
 async fn a_users_group_referencing_a_cluster_lb_group_is_never_modified() -> Result<()> {
     let env = env(2).await?;
-    let (_, lb_group) = classic_with_group(&env, "refd").await?;
+    let (lb, lb_group) = classic_with_group(&env, "refd").await?;
     let ec2 = env.moto.ec2();
     let user = user_group(&env, "user-db").await?;
-    ec2.authorize_security_group_ingress()
-        .group_id(&user)
-        .ip_permissions(
-            aws_sdk_ec2::types::IpPermission::builder()
-                .ip_protocol("tcp")
-                .from_port(5432)
-                .to_port(5432)
-                .user_id_group_pairs(
-                    aws_sdk_ec2::types::UserIdGroupPair::builder()
-                        .group_id(&lb_group)
-                        .build(),
-                )
+    let users_rule = aws_sdk_ec2::types::IpPermission::builder()
+        .ip_protocol("tcp")
+        .from_port(5432)
+        .to_port(5432)
+        .user_id_group_pairs(
+            aws_sdk_ec2::types::UserIdGroupPair::builder()
+                .group_id(&lb_group)
                 .build(),
         )
+        .build();
+    ec2.authorize_security_group_ingress()
+        .group_id(&user)
+        .ip_permissions(users_rule.clone())
         .send()
         .await?;
-    let before = ec2
-        .describe_security_groups()
-        .group_ids(&user)
+    let users_rules = || async {
+        anyhow::Ok(
+            ec2.describe_security_groups()
+                .group_ids(&user)
+                .send()
+                .await?
+                .security_groups()[0]
+                .ip_permissions()
+                .to_vec(),
+        )
+    };
+    let before = users_rules().await?;
+    env.services.delete("refd", &Default::default()).await?;
+    let client = env.cluster.client().await?;
+    rcp_e2e::k8s::wait_for_event(&client, "default", "refd", T, |_, message| {
+        message.contains(&format!("its security group {lb_group} is named by rules"))
+            && message.contains(&format!("{user}: every rule naming {lb_group}"))
+    })
+    .await?;
+    assert!(
+        env.moto
+            .elb()
+            .describe_load_balancers()
+            .load_balancer_names(&lb)
+            .send()
+            .await
+            .is_ok(),
+        "the load balancer is kept meanwhile"
+    );
+    assert!(env.services.get_opt("refd").await?.is_some(), "the finalizer is held");
+    assert_eq!(before, users_rules().await?, "the user's group was modified");
+    // The user removes their rule: the retried deletion finishes.
+    ec2.revoke_security_group_ingress()
+        .group_id(&user)
+        .ip_permissions(users_rule)
         .send()
-        .await?
-        .security_groups()[0]
-        .ip_permissions()
-        .to_vec();
-    delete_service(&env, "refd").await?;
-    let after = ec2
-        .describe_security_groups()
-        .group_ids(&user)
-        .send()
-        .await?
-        .security_groups()[0]
-        .ip_permissions()
-        .to_vec();
-    assert_eq!(before, after, "the user's group was modified");
+        .await?;
+    wait_for("service refd gone", T, || async {
+        env.services.get_opt("refd").await.ok()?.is_none().then_some(())
+    })
+    .await?;
     env.moto
         .ec2()
         .delete_security_group()

@@ -177,6 +177,20 @@ fn status_hostname(svc: &Service) -> Option<&str> {
         .as_deref()
 }
 
+/// Who deletes a load balancer; they differ in what they know of its Service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Deleter {
+    /// The service controller, which knows the Service's annotations: the nodes' permission
+    /// for a bring-your-own first group is revoked (when no other load balancer has it), and a
+    /// security group the CCM made that rules it did not make still name fails the deletion,
+    /// retried until they are removed (upstream waits for the same `DependencyViolation`).
+    ServiceController,
+    /// `orphans`, for a load balancer whose Service is gone: the nodes' permission for a group
+    /// the CCM did not make is left as it is, and a group it made that other rules name is
+    /// kept (its own orphan entry reports it).
+    Orphans,
+}
+
 impl AwsCloud {
     /// Deletes the load balancer of kind `old` of `svc` (a type switch), if the Service still
     /// wants the other kind.
@@ -189,8 +203,8 @@ impl AwsCloud {
         }
         let keep = Self::byo_groups(opts.as_ref());
         let deleted = match old {
-            LbKind::Classic => self.delete_classic(&name, &keep, true).await?,
-            _ => self.delete_nlb(cluster, &name, svc, &keep, true).await?,
+            LbKind::Classic => self.delete_classic(&name, &keep, Deleter::ServiceController).await?,
+            _ => self.delete_nlb(cluster, &name, svc, &keep, Deleter::ServiceController).await?,
         };
         if deleted {
             tracing::info!(lb = %name, service = %service_key(svc), from = ?old, to = ?wanted, "load-balancer type changed: deleted the old load balancer");
@@ -364,8 +378,8 @@ impl LoadBalancer for AwsCloud {
         // Bad annotations must not block deletion: only the groups they name are kept.
         let opts = LbOptions::parse(svc).ok();
         let keep = Self::byo_groups(opts.as_ref());
-        self.delete_classic(&name, &keep, true).await?;
-        self.delete_nlb(cluster, &name, svc, &keep, true).await?;
+        self.delete_classic(&name, &keep, Deleter::ServiceController).await?;
+        self.delete_nlb(cluster, &name, svc, &keep, Deleter::ServiceController).await?;
         Ok(())
     }
 }

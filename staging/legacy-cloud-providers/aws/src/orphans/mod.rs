@@ -506,12 +506,12 @@ impl AwsCloud {
         match orphan.kind {
             OrphanKind::ClassicLoadBalancer => {
                 if self.classic_owned(&orphan.id).await? {
-                    self.delete_classic(&orphan.id, &BTreeSet::new(), false).await?;
+                    self.delete_classic(&orphan.id, &BTreeSet::new(), crate::lb::Deleter::Orphans).await?;
                 }
             }
             OrphanKind::NetworkLoadBalancer => {
                 if self.elbv2_owned(&orphan.id).await? {
-                    self.delete_nlb(cluster_name, &orphan.name, &svc, &BTreeSet::new(), false)
+                    self.delete_nlb(cluster_name, &orphan.name, &svc, &BTreeSet::new(), crate::lb::Deleter::Orphans)
                         .await?;
                 }
             }

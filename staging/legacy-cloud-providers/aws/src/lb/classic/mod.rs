@@ -3,7 +3,11 @@
 //! subnets and security groups on existing load balancers, instance registration by diff, and
 //! the node security-group rule "all traffic from the load balancer's group".
 
-use std::{collections::BTreeSet, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use aws_sdk_elasticloadbalancing::types::{
     AccessLog, ConnectionDraining, ConnectionSettings, CrossZoneLoadBalancing, HealthCheck, Instance,
@@ -534,17 +538,17 @@ impl AwsCloud {
     /// Deletes the Classic ELB `name` and what this provider made for it (AWS-39, A6.5): this
     /// provider's permissions for the group it made (`k8s-elb-<name>`,
     /// [`AwsCloud::made_for_classic`]) are revoked from the cluster's groups, the load balancer
-    /// is deleted, then that group (retrying `DependencyViolation`; kept when rules this
-    /// provider did not make name it). No other group on the load balancer is deleted; `keep`
-    /// (the Service's bring-your-own groups) are not even described. Without a group it made,
-    /// the nodes' permission for the load balancer's first group is revoked when
-    /// `release_primary` (the service controller, which knows the Service's groups; `orphans`,
-    /// which does not, leaves it).
+    /// is deleted, then that group (retrying `DependencyViolation`). When rules this provider
+    /// did not make name that group, it is kept, and for the service controller the deletion
+    /// fails once the load balancer is gone ([`Deleter`]). No other group on the load balancer
+    /// is deleted; `keep` (the Service's bring-your-own groups) are not even described. Without
+    /// a group it made, the service controller revokes the nodes' permission for the load
+    /// balancer's first group.
     pub(crate) async fn delete_classic(
         &self,
         name: &str,
         keep: &BTreeSet<String>,
-        release_primary: bool,
+        deleter: super::Deleter,
     ) -> CloudResult<bool> {
         let lb = self.describe_classic(name).await?;
         let mut candidates: Vec<String> = lb
@@ -572,25 +576,43 @@ impl AwsCloud {
                 );
             }
         }
-        let mut kept = BTreeSet::new();
+        // A group it made that rules it did not make still name cannot be deleted (and those
+        // rules are never revoked here): the service controller then changes nothing and
+        // fails, retried until they are removed (the load balancer is deleted only then: once
+        // it is gone, the service controller would drop the Service and the group with it);
+        // `orphans` deletes the load balancer and keeps the group.
+        let mut kept = BTreeMap::new();
         for g in &doomed {
             let id = g.group_id().unwrap_or_default();
-            let remaining = self.revoke_references(id).await?;
-            if !remaining.is_empty() {
-                tracing::warn!(
-                    lb = name,
-                    group = id,
-                    rules = ?remaining,
-                    "security group kept: rules this provider did not make still name it"
-                );
-                kept.insert(id.to_string());
+            let (_, foreign) = self.references(id).await?;
+            if !foreign.is_empty() {
+                kept.insert(id.to_string(), foreign);
             }
         }
-        doomed.retain(|g| !kept.contains(g.group_id().unwrap_or_default()));
+        if deleter == super::Deleter::ServiceController
+            && let Some((id, rules)) = kept.iter().next()
+        {
+            return Err(CloudError::msg(format!(
+                "classic ELB {name} is not deleted yet: its security group {id} is named by rules this cloud-controller-manager did not make ({}); the deletion goes on once they are removed",
+                rules.join("; ")
+            )));
+        }
+        for (id, rules) in &kept {
+            tracing::warn!(
+                lb = name,
+                group = %id,
+                rules = ?rules,
+                "security group kept: rules this provider did not make still name it"
+            );
+        }
+        for g in doomed.iter().filter(|g| !kept.contains_key(g.group_id().unwrap_or_default())) {
+            self.revoke_references(g.group_id().unwrap_or_default()).await?;
+        }
+        doomed.retain(|g| !kept.contains_key(g.group_id().unwrap_or_default()));
         // A kept (bring-your-own) group through which the nodes admitted this load balancer:
         // only the node rules go (spec A6.5 step 3).
         if let Some(primary) = lb.as_ref().and_then(|l| l.security_groups().first())
-            && release_primary
+            && deleter == super::Deleter::ServiceController
             && doomed.is_empty()
             && kept.is_empty()
         {

@@ -561,35 +561,46 @@ impl AwsCloud {
             .map_err(|e| cloud_error(context(), e))
     }
 
-    /// Revokes this provider's permission for `group` ([`AwsCloud::disallow_group`]) from the
-    /// **cluster-tagged** groups (as upstream's `revokeSecurityGroupReferences`); a group without
-    /// the cluster tag belongs to someone else and is never modified. Returns the references
-    /// that remain (`<group id>: <rule>`, rules of other shapes, and rules of groups without
-    /// the cluster tag): while there are any, `group` cannot be deleted and is kept.
-    pub(crate) async fn revoke_references(&self, group: &str) -> CloudResult<Vec<String>> {
-        let mut remaining = Vec::new();
+    /// The rules that name `group` in other groups, read only: the cluster-tagged groups that
+    /// hold this provider's permission for it ([`AwsCloud::is_own_group_permission`]), and the
+    /// rules it did not make (`<group id>: <rule>`: rules of other shapes, and any rule of a
+    /// group without the cluster tag, which belongs to someone else). A group's reference to
+    /// itself is neither (it goes with the group).
+    pub(crate) async fn references(&self, group: &str) -> CloudResult<(Vec<SecurityGroup>, Vec<String>)> {
+        let mut own = Vec::new();
+        let mut foreign = Vec::new();
         for g in self.groups_referencing(group).await? {
-            let gid = g.group_id().unwrap_or_default();
-            if !self.tagged_for_cluster(&tags_of(&g)) {
-                tracing::info!(
-                    group = gid,
-                    source = group,
-                    "security group without the cluster tag references a load-balancer group; left alone"
-                );
-                remaining.push(format!("{gid}: every rule naming {group} (not this cluster's group)"));
+            let gid = g.group_id().unwrap_or_default().to_string();
+            if gid == group {
                 continue;
             }
-            if gid == group {
-                continue; // a group's reference to itself goes with it
+            if !self.tagged_for_cluster(&tags_of(&g)) {
+                foreign.push(format!("{gid}: every rule naming {group} (not this cluster's group)"));
+                continue;
             }
-            remaining.extend(
+            foreign.extend(
                 Self::foreign_group_rules(&g, group)
                     .into_iter()
                     .map(|r| format!("{gid}: {r} (not this provider's rule)")),
             );
-            self.disallow_group(&g, group).await?;
+            if Self::allows_group(&g, group) {
+                own.push(g);
+            }
         }
-        Ok(remaining)
+        Ok((own, foreign))
+    }
+
+    /// Revokes this provider's permission for `group` ([`AwsCloud::disallow_group`]) from the
+    /// **cluster-tagged** groups (as upstream's `revokeSecurityGroupReferences`); a group without
+    /// the cluster tag belongs to someone else and is never modified, nor is a rule of another
+    /// shape. Returns the references that remain ([`AwsCloud::references`]): while there are
+    /// any, `group` cannot be deleted and is kept.
+    pub(crate) async fn revoke_references(&self, group: &str) -> CloudResult<Vec<String>> {
+        let (own, foreign) = self.references(group).await?;
+        for g in &own {
+            self.disallow_group(g, group).await?;
+        }
+        Ok(foreign)
     }
 
     /// Deletes `group`, a security group this provider made for a load balancer, after

@@ -478,16 +478,15 @@ impl AwsCloud {
     /// for a while), and only then the NLB itself — so that while a target group cannot be
     /// deleted the NLB still exists, the deletion fails and is retried (the service controller
     /// skips the deletion of a load balancer it cannot find). Then target groups left over by
-    /// earlier failures (by tag), the node rules and the managed group. The nodes' permission
-    /// for a bring-your-own first group is revoked only when `release_primary` (see
-    /// [`AwsCloud::delete_classic`]).
+    /// earlier failures (by tag), the node rules and the managed group (see [`super::Deleter`]
+    /// for what the service controller and `orphans` do differently).
     pub(crate) async fn delete_nlb(
         &self,
         cluster_name: &str,
         name: &str,
         svc: &Service,
         keep: &BTreeSet<String>,
-        release_primary: bool,
+        deleter: super::Deleter,
     ) -> CloudResult<bool> {
         // The managed group: by its name (cluster name and the Service's UID), else among the
         // NLB's groups the one made for this Service (tag and description, what upstream
@@ -505,6 +504,21 @@ impl AwsCloud {
                 .await?
                 .into_iter()
                 .find(|g| self.made_for_nlb(g, &key));
+        }
+        // A managed group that rules this provider did not make still name: see
+        // `delete_classic` (the service controller changes nothing and retries).
+        if let Some(g) = &managed
+            && deleter == super::Deleter::ServiceController
+            && !keep.contains(g.group_id().unwrap_or_default())
+        {
+            let id = g.group_id().unwrap_or_default();
+            let (_, foreign) = self.references(id).await?;
+            if !foreign.is_empty() {
+                return Err(CloudError::msg(format!(
+                    "NLB {name} is not deleted yet: its managed security group {id} is named by rules this cloud-controller-manager did not make ({}); the deletion goes on once they are removed",
+                    foreign.join("; ")
+                )));
+            }
         }
         let mut gone: Vec<String> = Vec::new();
         // Node rules first: once the NLB is gone, nothing of it is left on the nodes' groups.
@@ -527,7 +541,7 @@ impl AwsCloud {
             // A bring-your-own group (managed mode) through which the nodes admitted this NLB:
             // only the node rules go. The managed group is handled below.
             if let Some(primary) = lb.security_groups().first()
-                && release_primary
+                && deleter == super::Deleter::ServiceController
                 && managed.as_ref().and_then(|g| g.group_id()) != Some(primary.as_str())
             {
                 self.release_node_access(name, primary).await?;
