@@ -66,6 +66,23 @@ pub fn node_with_provider_id(name: &str, provider_id: &str) -> Node {
     }
 }
 
+/// The API server's count of requests for `resource` with `verb` (`apiserver_request_total`,
+/// e.g. `tokenreviews` / `POST`): what a component asked of it.
+pub async fn apiserver_requests(client: &Client, resource: &str, verb: &str) -> Result<f64> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
+    Ok(text
+        .lines()
+        .filter(|l| {
+            l.starts_with("apiserver_request_total{")
+                && l.contains(&format!("resource=\"{resource}\""))
+                && l.contains(&format!("verb=\"{verb}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
 /// core/v1 Events in `namespace` about the object `name`, as `(reason, message, source component)`.
 pub async fn events_for(
     client: &Client,

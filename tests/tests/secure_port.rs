@@ -252,3 +252,63 @@ async fn without_delegation_kubeconfigs_only_health_paths_answer() -> Result<()>
     );
     Ok(())
 }
+
+/// Requests for paths the port does not serve are answered 404 before any review: 300
+/// anonymous requests for distinct unserved paths and 50 with made-up tokens cost not one
+/// SubjectAccessReview or TokenReview (each used to cost one, making the flood of one client
+/// the review budget of all). A request head over 16 KiB is refused (431) instead of being
+/// buffered (hyper's default holds ~400 KiB per connection).
+#[tokio::test]
+async fn unserved_paths_cost_no_review_and_oversized_heads_are_refused() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let kubeconfig = cluster.ccm_kubeconfig("common")?;
+    let ccm = start_fake(&cluster, "ccm-unserved", &kubeconfig, &[]).await?;
+    let port = ccm.port();
+    let admin = cluster.client().await?;
+    let reviews = || async {
+        let sar = rcp_e2e::k8s::apiserver_requests(&admin, "subjectaccessreviews", "POST").await?;
+        let tr = rcp_e2e::k8s::apiserver_requests(&admin, "tokenreviews", "POST").await?;
+        anyhow::Ok((sar, tr))
+    };
+    // A served path does cost a review: the counters see the fake CCM's reviews.
+    let before = reviews().await?;
+    let (status, _) = get(port, "/metrics", None, None).await?;
+    assert_eq!(status, 403, "anonymous /metrics is reviewed and refused");
+    let after_one = reviews().await?;
+    assert!(after_one.0 > before.0, "the anonymous /metrics cost a SubjectAccessReview");
+
+    let client = reqwest::Client::builder()
+        .tls_danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+    for i in 0..350 {
+        let mut request = client.get(format!("https://127.0.0.1:{port}/unserved/{i}"));
+        if i >= 300 {
+            request = request.bearer_auth(format!("made-up-token-{i}"));
+        }
+        *statuses.entry(request.send().await?.status().as_u16()).or_default() += 1;
+    }
+    let after = reviews().await?;
+    println!(
+        "350 requests for unserved paths: answers {statuses:?}; SubjectAccessReviews {} → {}, TokenReviews {} → {}",
+        after_one.0, after.0, after_one.1, after.1
+    );
+    assert_eq!(statuses, [(404, 350)].into(), "every one answered 404");
+    assert_eq!(after, after_one, "not one review for an unserved path");
+
+    let (status, _) = get(port, "/healthz", None, None).await?;
+    assert_eq!(status, 200);
+    let big = "x".repeat(64 * 1024);
+    let r = client
+        .get(format!("https://127.0.0.1:{port}/healthz"))
+        .header("x-padding", &big)
+        .send()
+        .await;
+    match r {
+        Ok(r) => assert_eq!(r.status().as_u16(), 431, "a 64 KiB head is refused"),
+        Err(e) => println!("a 64 KiB head: the connection was closed ({e})"),
+    }
+    assert_eq!(get(port, "/healthz", None, None).await?.0, 200, "the port still serves");
+    Ok(())
+}

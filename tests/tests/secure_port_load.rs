@@ -263,18 +263,7 @@ async fn connections_that_never_start_tls_never_starve_the_health_probe() -> Res
 
 /// The API server's count of TokenReviews created.
 async fn token_reviews(client: &kube::Client) -> Result<f64> {
-    let text = client
-        .request_text(http::Request::get("/metrics").body(Vec::new())?)
-        .await?;
-    Ok(text
-        .lines()
-        .filter(|l| {
-            l.starts_with("apiserver_request_total{")
-                && l.contains(r#"resource="tokenreviews""#)
-                && l.contains(r#"verb="POST""#)
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum())
+    rcp_e2e::k8s::apiserver_requests(client, "tokenreviews", "POST").await
 }
 
 #[tokio::test]

@@ -9,8 +9,12 @@
 //! reloaded when they change ([`tls`]). Idle, slow and greedy clients cannot starve the health
 //! probes ([`connections`]).
 //!
-//! Every request passes the delegated authentication and authorization of [`crate::auth`]
-//! when the caller gives a [`Delegation`] (the cloud-controller-manager always does): with
+//! A request for any other path is answered 404 at once, and a request head (HTTP/1 request
+//! line and headers, HTTP/2 header list) is limited to 16 KiB.
+//!
+//! Every request for a served path passes the delegated authentication and authorization of
+//! [`crate::auth`] when the caller gives a [`Delegation`] (the cloud-controller-manager always
+//! does): with
 //! upstream's defaults `/healthz`, `/readyz` and `/livez` are open and `/metrics` needs a user
 //! allowed to `get` it. A client certificate is asked for (never required) when a client CA is
 //! configured.
@@ -45,6 +49,19 @@ use crate::{
     auth::{Delegation, Refusal, UserInfo},
     metrics::Metrics,
 };
+
+/// The most a request's head may take (HTTP/1 request line and headers; HTTP/2 header list):
+/// the requests served here are a path and a bearer token or client certificate. With hyper's
+/// ~400 KiB default, 512 connections each holding an unfinished head would hold ~200 MiB.
+const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// HTTP/2 flow-control windows: the requests served here have no body.
+const HTTP2_WINDOW_BYTES: u32 = 64 * 1024;
+
+/// The paths served. A request for any other path is answered 404 before any authentication
+/// or authorization: an unserved path costs no TokenReview or SubjectAccessReview.
+fn served(path: &str) -> bool {
+    matches!(path, "/healthz" | "/livez" | "/readyz" | "/metrics")
+}
 
 /// A named health check.
 pub type HealthCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
@@ -272,6 +289,9 @@ pub fn serve_on(
                         let certificate = certificate.clone();
                         let in_flight = in_flight.clone();
                         async move {
+                            if !served(req.uri().path()) {
+                                return Ok::<_, Infallible>(not_found());
+                            }
                             // Only a request that passed the checks keeps its connection from
                             // being closed to make room: one still waiting for its TokenReview
                             // does not.
@@ -288,13 +308,17 @@ pub fn serve_on(
                     builder
                         .http1()
                         .timer(hyper_util::rt::TokioTimer::new())
-                        .header_read_timeout(limits.header_read_timeout);
+                        .header_read_timeout(limits.header_read_timeout)
+                        .max_buf_size(MAX_HEAD_BYTES);
                     builder
                         .http2()
                         .timer(hyper_util::rt::TokioTimer::new())
                         .keep_alive_interval(limits.http2_keep_alive_interval)
                         .keep_alive_timeout(limits.idle_timeout)
-                        .max_concurrent_streams(limits.http2_max_concurrent_streams);
+                        .max_concurrent_streams(limits.http2_max_concurrent_streams)
+                        .max_header_list_size(MAX_HEAD_BYTES as u32)
+                        .initial_stream_window_size(HTTP2_WINDOW_BYTES)
+                        .initial_connection_window_size(HTTP2_WINDOW_BYTES);
                     let io = connections::IdleTimeout::new(tls, limits.idle_timeout, activity);
                     let _ = builder.serve_connection(TokioIo::new(io), service).await;
                 };
@@ -375,6 +399,10 @@ fn handle(endpoints: &Endpoints, req: Request<Incoming>) -> Response<Full<Bytes>
             "text/plain; version=0.0.4; charset=utf-8",
         );
     }
+    not_found()
+}
+
+fn not_found() -> Response<Full<Bytes>> {
     text(
         StatusCode::NOT_FOUND,
         "404 page not found\n".into(),
