@@ -676,7 +676,9 @@ async fn orphans_never_touch_live_routes_groups_or_rules() -> Result<()> {
     );
     assert!(out.contains("Deletion plan"), "{out}");
     assert!(
-        out.contains("Same cluster: the instances of the cluster's 3 Node(s) carry the tag kubernetes.io/cluster/e2e."),
+        out.contains(
+            "Same cluster: the instances of the cluster's 3 Node(s) carry the tag kubernetes.io/cluster/e2e."
+        ),
         "{out}"
     );
     let mutations = moto.mutations_since(before);

@@ -92,7 +92,6 @@ fn stop(ccm: &mut CcmProcess) -> Result<()> {
 }
 
 impl Setup {
-
     fn delete_args(&self, extra: &[&str]) -> Vec<String> {
         let mut a = self.args.clone();
         a.push("--delete".into());
@@ -148,7 +147,12 @@ async fn group_exists(moto: &Moto, group: &str) -> Result<bool> {
     Ok(moto
         .ec2()
         .describe_security_groups()
-        .filters(aws_sdk_ec2::types::Filter::builder().name("group-id").values(group).build())
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("group-id")
+                .values(group)
+                .build(),
+        )
         .send()
         .await?
         .security_groups()
@@ -226,7 +230,11 @@ async fn a_cluster_owned_group_a_service_named_and_a_users_rule_survive_the_orph
     services
         .create(
             &PostParams::default(),
-            &load_balancer_service("extra", &[("extra-security-groups", eks.as_str())], &[(80, "http")]),
+            &load_balancer_service(
+                "extra",
+                &[("extra-security-groups", eks.as_str())],
+                &[(80, "http")],
+            ),
         )
         .await?;
     services
@@ -257,8 +265,14 @@ async fn a_cluster_owned_group_a_service_named_and_a_users_rule_survive_the_orph
         .await?;
     let eks_rules = rules_of(moto, &eks).await?;
     let node_rules = rules_of(moto, &node_group).await?;
-    assert!(node_rules.contains(&format!("-1 -1--1 {own_extra}")), "{node_rules:?}");
-    assert!(node_rules.contains(&format!("-1 -1--1 {own_user}")), "{node_rules:?}");
+    assert!(
+        node_rules.contains(&format!("-1 -1--1 {own_extra}")),
+        "{node_rules:?}"
+    );
+    assert!(
+        node_rules.contains(&format!("-1 -1--1 {own_user}")),
+        "{node_rules:?}"
+    );
 
     stop(&mut s.ccm)?;
     delete_by_hand(&services, "extra").await?;
@@ -272,9 +286,14 @@ async fn a_cluster_owned_group_a_service_named_and_a_users_rule_survive_the_orph
     let before = moto.requests().len();
     let (code, out, err) = orphans(moto, &s.delete_args(&["--yes"]))?;
     println!("{out}\n{err}");
-    assert_eq!(code, 1, "the group a user's rule names is reported:\n{out}\n{err}");
+    assert_eq!(
+        code, 1,
+        "the group a user's rule names is reported:\n{out}\n{err}"
+    );
     assert!(
-        out.contains(&format!("FAILED to delete security-group k8s-elb-{user_lb} ({own_user})")),
+        out.contains(&format!(
+            "FAILED to delete security-group k8s-elb-{user_lb} ({own_user})"
+        )),
         "{out}"
     );
     let mutations = moto.mutations_since(before);
@@ -290,7 +309,11 @@ async fn a_cluster_owned_group_a_service_named_and_a_users_rule_survive_the_orph
             "DeleteSecurityGroup" => assert_eq!(get("GroupId"), own_extra),
             "RevokeSecurityGroupIngress" => {
                 assert_eq!(get("GroupId"), node_group, "{params:?}");
-                assert_eq!(get("IpPermissions.1.IpProtocol"), "-1", "only the CCM's permission: {params:?}");
+                assert_eq!(
+                    get("IpPermissions.1.IpProtocol"),
+                    "-1",
+                    "only the CCM's permission: {params:?}"
+                );
             }
             other => panic!("unexpected mutation {other}: {params:?}"),
         }
@@ -353,7 +376,10 @@ async fn orphans_delete_refuses_a_kubeconfig_of_another_cluster() -> Result<()> 
     let before = moto.requests().len();
     let (code, out, err) = orphans(&moto, &delete)?;
     assert_eq!(code, 1, "{out}\n{err}");
-    assert!(err.contains("no Node of the kubeconfig's cluster has an AWS provider ID"), "{err}");
+    assert!(
+        err.contains("no Node of the kubeconfig's cluster has an AWS provider ID"),
+        "{err}"
+    );
     assert_eq!(moto.mutations_since(before), vec![]);
 
     let nodes: Api<Node> = Api::all(cluster.client().await?);
@@ -428,7 +454,11 @@ async fn what_serves_a_service_in_a_switch_or_wanted_again_at_the_prompt_is_kept
         .patch("switch", &PatchParams::default(), &Patch::Merge(&annotate("nlb")))
         .await?;
     services
-        .patch("moved", &PatchParams::default(), &Patch::Merge(&annotate("external")))
+        .patch(
+            "moved",
+            &PatchParams::default(),
+            &Patch::Merge(&annotate("external")),
+        )
         .await?;
     // `back` gives up its load balancer: ClusterIP, and what the CCM would have cleared.
     services
@@ -452,8 +482,14 @@ async fn what_serves_a_service_in_a_switch_or_wanted_again_at_the_prompt_is_kept
     let before = moto.requests().len();
     let (code, out, err) = orphans(moto, &s.args)?;
     assert_eq!(code, 0, "{out}\n{err}");
-    assert!(!out.contains(&lbs[0]) && !out.contains(&lbs[1]), "what serves is no orphan:\n{out}");
-    assert!(out.contains(&lbs[2]), "back's load balancer is an orphan now:\n{out}");
+    assert!(
+        !out.contains(&lbs[0]) && !out.contains(&lbs[1]),
+        "what serves is no orphan:\n{out}"
+    );
+    assert!(
+        out.contains(&lbs[2]),
+        "back's load balancer is an orphan now:\n{out}"
+    );
 
     // A prompt nobody answers.
     let binary = paths::workspace_binary("cloud-controller-manager-aws")?;
@@ -472,7 +508,10 @@ async fn what_serves_a_service_in_a_switch_or_wanted_again_at_the_prompt_is_kept
     drop(stdin_kept_open);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("no answer within --prompt-timeout=2s; nothing is deleted"), "{err}");
+    assert!(
+        err.contains("no answer within --prompt-timeout=2s; nothing is deleted"),
+        "{err}"
+    );
     assert_eq!(moto.mutations_since(before), vec![]);
 
     // `back` wants its load balancer again while the prompt waits; then "y".

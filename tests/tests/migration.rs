@@ -113,7 +113,10 @@ async fn migrated_controllers_move_to_the_ccm_only_after_the_kcm_releases_the_lo
     let stop = tokio_util::sync::CancellationToken::new();
     let watcher = watch(ccm.clone(), standin.probe(), stop.clone());
     wait_for("ccm leads its primary lock", Duration::from_secs(30), || async {
-        ccm.is_leader("cloud-controller-manager").await.ok()?.then_some(())
+        ccm.is_leader("cloud-controller-manager")
+            .await
+            .ok()?
+            .then_some(())
     })
     .await?;
     wait_for(

@@ -57,7 +57,7 @@ async fn every_command_of_the_migration_guide_works() -> Result<()> {
     wait_for("the CCM holds both leases", Duration::from_secs(30), || async {
         (ccm.is_leader("cloud-controller-manager").await.ok()?
             && ccm.is_leader("cloud-provider-extraction-migration").await.ok()?)
-            .then_some(())
+        .then_some(())
     })
     .await?;
 

@@ -275,7 +275,10 @@ async fn unserved_paths_cost_no_review_and_oversized_heads_are_refused() -> Resu
     let (status, _) = get(port, "/metrics", None, None).await?;
     assert_eq!(status, 403, "anonymous /metrics is reviewed and refused");
     let after_one = reviews().await?;
-    assert!(after_one.0 > before.0, "the anonymous /metrics cost a SubjectAccessReview");
+    assert!(
+        after_one.0 > before.0,
+        "the anonymous /metrics cost a SubjectAccessReview"
+    );
 
     let client = reqwest::Client::builder()
         .tls_danger_accept_invalid_certs(true)
@@ -287,7 +290,9 @@ async fn unserved_paths_cost_no_review_and_oversized_heads_are_refused() -> Resu
         if i >= 300 {
             request = request.bearer_auth(format!("made-up-token-{i}"));
         }
-        *statuses.entry(request.send().await?.status().as_u16()).or_default() += 1;
+        *statuses
+            .entry(request.send().await?.status().as_u16())
+            .or_default() += 1;
     }
     let after = reviews().await?;
     println!(
@@ -315,6 +320,10 @@ async fn unserved_paths_cost_no_review_and_oversized_heads_are_refused() -> Resu
         Ok(r) => assert_eq!(r.status().as_u16(), 431, "a 64 KiB head is refused"),
         Err(e) => println!("a 64 KiB head: the connection was closed ({e})"),
     }
-    assert_eq!(get(port, "/healthz", None, None).await?.0, 200, "the port still serves");
+    assert_eq!(
+        get(port, "/healthz", None, None).await?.0,
+        200,
+        "the port still serves"
+    );
     Ok(())
 }

@@ -308,7 +308,10 @@ async fn a_users_group_referencing_a_cluster_lb_group_is_never_modified() -> Res
             .is_ok(),
         "the load balancer is kept meanwhile"
     );
-    assert!(env.services.get_opt("refd").await?.is_some(), "the finalizer is held");
+    assert!(
+        env.services.get_opt("refd").await?.is_some(),
+        "the finalizer is held"
+    );
     assert_eq!(before, users_rules().await?, "the user's group was modified");
     // The user removes their rule: the retried deletion finishes.
     ec2.revoke_security_group_ingress()

@@ -205,9 +205,7 @@ async fn running_ccm(client: &kube::Client) -> Result<Option<RunningCcm>, String
 /// orphan.
 fn check_cluster_cidr(stated: &[ipnet::IpNet], running: Option<&RunningCcm>) -> Result<(), String> {
     let Some(running) = running else {
-        eprintln!(
-            "warning: no CCM Pod in kube-system to check --cluster-cidr against; it is used as given"
-        );
+        eprintln!("warning: no CCM Pod in kube-system to check --cluster-cidr against; it is used as given");
         return Ok(());
     };
     let Some(theirs) = &running.cluster_cidr else {
@@ -232,7 +230,11 @@ fn check_cluster_cidr(stated: &[ipnet::IpNet], running: Option<&RunningCcm>) -> 
     if have != want {
         return Err(format!(
             "--cluster-cidr={} but the CCM in {} runs with --cluster-cidr={theirs}; nothing is deleted",
-            stated.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+            stated
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
             running.pod
         ));
     }
@@ -294,17 +296,16 @@ async fn list_services(client: &kube::Client) -> Result<Vec<Service>, String> {
         .list(&ListParams::default())
         .await
         .map(|l| l.items)
-        .map_err(|e| format!("listing the cluster's Services (nothing is listed or deleted without them): {e}"))
+        .map_err(|e| {
+            format!("listing the cluster's Services (nothing is listed or deleted without them): {e}")
+        })
 }
 
 /// The orphans among the load balancers, target groups and security groups, with the
 /// Services they were found against: found with a listing of the Services, which is repeated
 /// after the cloud's resources were listed, and found again while it changed meanwhile (a load
 /// balancer made for a Service created during the first listing is then wanted).
-async fn find_stable(
-    aws: &AwsCloud,
-    client: &kube::Client,
-) -> Result<(Vec<Orphan>, ServicesSeen), String> {
+async fn find_stable(aws: &AwsCloud, client: &kube::Client) -> Result<(Vec<Orphan>, ServicesSeen), String> {
     let mut services = list_services(client).await?;
     for _ in 0..5 {
         let found = aws

@@ -2,9 +2,14 @@
 //!
 //! - a cap on open connections ([`ConnectionLimits::max_connections`]) with **per-client
 //!   fairness**: when it is reached, a new connection is not refused; instead the oldest idle
-//!   (or still handshaking) connection of the client address holding the most connections is
-//!   closed. A client that opens hundreds of connections loses its own, never the kubelet's
-//!   probe, which comes from elsewhere or, from the same address, is newer than the flood;
+//!   (or still handshaking) connection of the client holding the most connections is closed —
+//!   a client being an IPv4 address or an IPv6 /64 (one host's or one tenant's many addresses),
+//!   ties between clients broken by age (the globally oldest goes). A connection younger than
+//!   [`MIN_AGE_TO_CLOSE`] is closed for a newcomer only when its client holds more connections
+//!   than the newcomer's; when no connection can be closed, the newcomer is closed instead. A
+//!   client that opens hundreds of connections, or hundreds of clients with one each, lose
+//!   their own, never the kubelet's probe, which is younger than the flood and busy with its
+//!   request;
 //! - the TLS handshake within [`ConnectionLimits::handshake_timeout`];
 //! - an **idle timeout** ([`ConnectionLimits::idle_timeout`]) on every connection whenever no
 //!   request is being answered: before the first request (hyper's protocol detection has no
@@ -68,6 +73,24 @@ impl Default for ConnectionLimits {
     }
 }
 
+/// A connection younger than this is not closed to make room for a newcomer of a client with
+/// as many connections (hundreds of clients with one each): a probe's connection sends its
+/// request right after the handshake and must not lose its place to the next newcomer. When
+/// no connection can be closed, the newcomer is.
+pub const MIN_AGE_TO_CLOSE: Duration = Duration::from_secs(2);
+
+/// The client a connection counts for: an IPv4 address, or the /64 of an IPv6 address (a host
+/// or a Pod network hands one client a whole /64 of addresses).
+fn client_of(peer: IpAddr) -> IpAddr {
+    match peer {
+        IpAddr::V4(_) => peer,
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(std::net::Ipv6Addr::from(bits))
+        }
+    }
+}
+
 /// One open connection, as the table knows it.
 struct Entry {
     peer: IpAddr,
@@ -101,24 +124,32 @@ impl Drop for Slot {
 
 impl ConnectionTable {
     /// Takes a place for a new connection from `peer`; at `max` open connections, closes the
-    /// oldest idle connection of the address with the most connections first. `None` when
-    /// every connection is busy answering a request (the new one is closed).
+    /// oldest idle connection of the client with the most connections first (ties: the oldest
+    /// of them all); one younger than [`MIN_AGE_TO_CLOSE`] only when its client holds more
+    /// connections than `peer`'s would. `None` when no connection can be closed (every one is
+    /// answering a request or is too young): the new one is closed.
     pub(crate) fn admit(&self, peer: IpAddr, max: usize) -> Option<Slot> {
         let mut entries = self.inner.lock();
         if entries.len() >= max.max(1) {
-            let mut per_peer: HashMap<IpAddr, usize> = HashMap::new();
+            let now = Instant::now();
+            let mut per_client: HashMap<IpAddr, usize> = HashMap::new();
             for e in entries.values() {
-                *per_peer.entry(e.peer).or_default() += 1;
+                *per_client.entry(client_of(e.peer)).or_default() += 1;
             }
-            let mut peers: Vec<(usize, IpAddr)> = per_peer.into_iter().map(|(p, n)| (n, p)).collect();
-            peers.sort_by_key(|p| std::cmp::Reverse(p.0));
-            let victim = peers.iter().find_map(|(_, p)| {
-                entries
-                    .iter()
-                    .filter(|(_, e)| e.peer == *p && !e.activity.busy())
-                    .min_by_key(|(id, e)| (e.opened, **id))
-                    .map(|(id, _)| *id)
-            })?;
+            let newcomers = per_client.get(&client_of(peer)).copied().unwrap_or(0) + 1;
+            let victim = entries
+                .iter()
+                .filter(|(_, e)| {
+                    let busier = per_client.get(&client_of(e.peer)).copied().unwrap_or(0) > newcomers;
+                    !e.activity.busy() && (busier || now.duration_since(e.opened) >= MIN_AGE_TO_CLOSE)
+                })
+                .max_by_key(|(id, e)| {
+                    (
+                        per_client.get(&client_of(e.peer)).copied().unwrap_or(0),
+                        std::cmp::Reverse((e.opened, **id)),
+                    )
+                })
+                .map(|(id, _)| *id)?;
             if let Some(e) = entries.remove(&victim) {
                 tracing::debug!(peer = %e.peer, "connection limit reached: closing the oldest idle connection of the busiest client");
                 e.close.cancel();
@@ -265,15 +296,20 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<S> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn at_the_cap_the_busiest_clients_oldest_idle_connection_goes() {
+    #[tokio::test(start_paused = true)]
+    async fn at_the_cap_the_busiest_clients_oldest_idle_connection_goes() {
         let table = ConnectionTable::default();
         let (flood, probe): (IpAddr, IpAddr) = ("127.0.0.2".parse().unwrap(), "127.0.0.1".parse().unwrap());
         let flood_slots: Vec<Slot> = (0..4).map(|_| table.admit(flood, 4).unwrap()).collect();
+        // Too young to be closed for another connection of the same client: the newcomer is.
+        assert!(table.admit(flood, 4).is_none());
+        assert!(flood_slots.iter().all(|s| !s.close.is_cancelled()));
+        tokio::time::advance(Duration::from_millis(100)).await;
         let busy = flood_slots[0].activity.request();
         let probe_slot = table.admit(probe, 4).unwrap();
         assert_eq!(table.len(), 4);
-        // The flood's oldest connection is answering a request: its second-oldest went.
+        // Young, but of a busier client: the flood's oldest idle connection went for the probe
+        // (its oldest of all is answering a request).
         assert!(!flood_slots[0].close.is_cancelled());
         assert!(flood_slots[1].close.is_cancelled());
         assert!(!probe_slot.close.is_cancelled());
@@ -287,5 +323,53 @@ mod tests {
         drop(guards);
         drop(flood_slots);
         assert_eq!(table.len(), 1);
+    }
+
+    /// Many clients with one connection each (all tied): the globally oldest goes, whatever
+    /// the order of the table; the probe's young connection is never taken.
+    #[tokio::test(start_paused = true)]
+    async fn ties_between_clients_take_the_globally_oldest_and_never_a_young_probe() {
+        let table = ConnectionTable::default();
+        let max = 64;
+        let mut slots = Vec::new();
+        for i in 0..max - 1 {
+            let peer: IpAddr = format!("127.0.{}.{}", i / 200, 1 + i % 200).parse().unwrap();
+            slots.push(table.admit(peer, max).unwrap());
+            tokio::time::advance(Duration::from_millis(10)).await;
+        }
+        tokio::time::advance(MIN_AGE_TO_CLOSE).await;
+        let probe = table.admit("10.0.0.1".parse().unwrap(), max).unwrap();
+        let _request = probe.activity.request();
+        let mut newcomers = Vec::new();
+        for n in 0..max - 1 {
+            let newcomer: IpAddr = format!("127.1.{}.{}", n / 200, 1 + n % 200).parse().unwrap();
+            newcomers.push(
+                table
+                    .admit(newcomer, max)
+                    .expect("an old idle connection makes room"),
+            );
+            assert!(!probe.close.is_cancelled(), "the probe survives newcomer {n}");
+            assert!(
+                slots[..=n].iter().all(|s| s.close.is_cancelled())
+                    && slots[n + 1..].iter().all(|s| !s.close.is_cancelled()),
+                "newcomer {n} took the oldest connection, in age order"
+            );
+        }
+        // Only young connections are left (the probe's, idle now, and the newcomers'): the
+        // next newcomer is closed instead.
+        drop(_request);
+        assert!(table.admit("127.2.0.1".parse().unwrap(), max).is_none());
+        assert!(!probe.close.is_cancelled() && newcomers.iter().all(|s| !s.close.is_cancelled()));
+    }
+
+    #[test]
+    fn an_ipv6_slash_64_is_one_client() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(client_of(a), client_of(b));
+        assert_ne!(client_of(a), client_of(c));
+        let v4: IpAddr = "127.0.0.2".parse().unwrap();
+        assert_eq!(client_of(v4), v4);
     }
 }

@@ -203,8 +203,14 @@ impl AwsCloud {
         }
         let keep = Self::byo_groups(opts.as_ref());
         let deleted = match old {
-            LbKind::Classic => self.delete_classic(&name, &keep, Deleter::ServiceController).await?,
-            _ => self.delete_nlb(cluster, &name, svc, &keep, Deleter::ServiceController).await?,
+            LbKind::Classic => {
+                self.delete_classic(&name, &keep, Deleter::ServiceController)
+                    .await?
+            }
+            _ => {
+                self.delete_nlb(cluster, &name, svc, &keep, Deleter::ServiceController)
+                    .await?
+            }
         };
         if deleted {
             tracing::info!(lb = %name, service = %service_key(svc), from = ?old, to = ?wanted, "load-balancer type changed: deleted the old load balancer");
@@ -378,8 +384,10 @@ impl LoadBalancer for AwsCloud {
         // Bad annotations must not block deletion: only the groups they name are kept.
         let opts = LbOptions::parse(svc).ok();
         let keep = Self::byo_groups(opts.as_ref());
-        self.delete_classic(&name, &keep, Deleter::ServiceController).await?;
-        self.delete_nlb(cluster, &name, svc, &keep, Deleter::ServiceController).await?;
+        self.delete_classic(&name, &keep, Deleter::ServiceController)
+            .await?;
+        self.delete_nlb(cluster, &name, svc, &keep, Deleter::ServiceController)
+            .await?;
         Ok(())
     }
 }

@@ -146,7 +146,11 @@ impl AwsCloud {
         let Some(g) = out.security_groups().first() else {
             return Ok(()); // gone with its load balancer
         };
-        let made = match g.group_name().unwrap_or_default().strip_prefix(CLASSIC_GROUP_PREFIX) {
+        let made = match g
+            .group_name()
+            .unwrap_or_default()
+            .strip_prefix(CLASSIC_GROUP_PREFIX)
+        {
             Some(lb) => self.made_for_classic(g, lb),
             None => self.made_for_nlb(g, &orphan.owner),
         };
@@ -192,7 +196,10 @@ impl AwsCloud {
         let mut out = Vec::new();
         // Only this provider's own permission (every protocol from a load balancer's group):
         // a rule of any other shape is somebody else's, even when its source is gone.
-        let own = g.ip_permissions().iter().filter(|p| p.ip_protocol() == Some("-1"));
+        let own = g
+            .ip_permissions()
+            .iter()
+            .filter(|p| p.ip_protocol() == Some("-1"));
         for pair in own.flat_map(|p| p.user_id_group_pairs()) {
             let Some(source) = pair.group_id() else { continue };
             let same_account = pair.user_id().is_none_or(|u| Some(u) == g.owner_id());

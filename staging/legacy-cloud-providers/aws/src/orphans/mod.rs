@@ -177,7 +177,8 @@ impl AwsCloud {
                 .flat_map(|s| s.load_balancer.iter())
                 .flat_map(|lb| lb.ingress.iter().flatten())
             {
-                w.serving.extend(ingress.hostname.iter().map(|h| h.to_ascii_lowercase()));
+                w.serving
+                    .extend(ingress.hostname.iter().map(|h| h.to_ascii_lowercase()));
                 w.serving.extend(ingress.ip.iter().cloned());
             }
             let is_lb = svc.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer");
@@ -417,7 +418,9 @@ impl AwsCloud {
                 continue;
             }
             let instance = crate::instances::instance_id_from_provider_id(pid).map_err(|e| {
-                CloudError::msg(format!("Node {name}: spec.providerID {pid:?}: {e}; nothing is deleted"))
+                CloudError::msg(format!(
+                    "Node {name}: spec.providerID {pid:?}: {e}; nothing is deleted"
+                ))
             })?;
             by_instance.insert(instance, name);
         }
@@ -506,13 +509,20 @@ impl AwsCloud {
         match orphan.kind {
             OrphanKind::ClassicLoadBalancer => {
                 if self.classic_owned(&orphan.id).await? {
-                    self.delete_classic(&orphan.id, &BTreeSet::new(), crate::lb::Deleter::Orphans).await?;
+                    self.delete_classic(&orphan.id, &BTreeSet::new(), crate::lb::Deleter::Orphans)
+                        .await?;
                 }
             }
             OrphanKind::NetworkLoadBalancer => {
                 if self.elbv2_owned(&orphan.id).await? {
-                    self.delete_nlb(cluster_name, &orphan.name, &svc, &BTreeSet::new(), crate::lb::Deleter::Orphans)
-                        .await?;
+                    self.delete_nlb(
+                        cluster_name,
+                        &orphan.name,
+                        &svc,
+                        &BTreeSet::new(),
+                        crate::lb::Deleter::Orphans,
+                    )
+                    .await?;
                 }
             }
             OrphanKind::TargetGroup => {

@@ -605,7 +605,10 @@ impl AwsCloud {
                 "security group kept: rules this provider did not make still name it"
             );
         }
-        for g in doomed.iter().filter(|g| !kept.contains_key(g.group_id().unwrap_or_default())) {
+        for g in doomed
+            .iter()
+            .filter(|g| !kept.contains_key(g.group_id().unwrap_or_default()))
+        {
             self.revoke_references(g.group_id().unwrap_or_default()).await?;
         }
         doomed.retain(|g| !kept.contains_key(g.group_id().unwrap_or_default()));

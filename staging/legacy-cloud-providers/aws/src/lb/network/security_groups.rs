@@ -369,8 +369,7 @@ impl AwsCloud {
     /// shape that name the group are somebody else's.
     pub(crate) fn is_own_group_permission(p: &IpPermission, source_group: &str) -> bool {
         p.ip_protocol() == Some("-1")
-            && p
-                .user_id_group_pairs()
+            && p.user_id_group_pairs()
                 .iter()
                 .any(|g| g.group_id() == Some(source_group))
     }
@@ -392,8 +391,7 @@ impl AwsCloud {
             .iter()
             .filter(|p| {
                 !Self::is_own_group_permission(p, source_group)
-                    && p
-                        .user_id_group_pairs()
+                    && p.user_id_group_pairs()
                         .iter()
                         .any(|g| g.group_id() == Some(source_group))
             })
@@ -575,7 +573,9 @@ impl AwsCloud {
                 continue;
             }
             if !self.tagged_for_cluster(&tags_of(&g)) {
-                foreign.push(format!("{gid}: every rule naming {group} (not this cluster's group)"));
+                foreign.push(format!(
+                    "{gid}: every rule naming {group} (not this cluster's group)"
+                ));
                 continue;
             }
             foreign.extend(
