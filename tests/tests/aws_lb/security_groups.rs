@@ -454,3 +454,63 @@ async fn two_nlbs_deleted_at_once_leave_no_path_mtu_rule() -> Result<()> {
     );
     Ok(())
 }
+
+/// A changed source range of an NLB: the nodes' rule for the new range is granted before the
+/// rule for the old one is revoked, so the nodes never admit neither (for a Service that is not
+/// covered by an open client rule, the health checks go the same way).
+#[tokio::test]
+async fn a_changed_source_range_is_granted_before_the_old_one_is_revoked() -> Result<()> {
+    let env = env(1).await?;
+    let mut svc = load_balancer_service("ranged", &[("type", "nlb")], &[(80, "http")]);
+    svc.spec.as_mut().unwrap().load_balancer_source_ranges = Some(vec!["10.1.0.0/16".into()]);
+    env.services.create(&PostParams::default(), &svc).await?;
+    ingress(&env.services, "ranged").await?;
+    let node_group = env.world.security_group_id.clone();
+    let client_cidrs = || async {
+        let out = env
+            .moto
+            .ec2()
+            .describe_security_groups()
+            .group_ids(&node_group)
+            .send()
+            .await?;
+        anyhow::Ok(
+            out.security_groups()
+                .iter()
+                .flat_map(|g| g.ip_permissions())
+                .filter(|p| p.ip_protocol() == Some("tcp"))
+                .flat_map(|p| p.ip_ranges())
+                .filter(|r| r.description().unwrap_or_default().starts_with("kubernetes.io/rule/nlb/client="))
+                .filter_map(|r| r.cidr_ip().map(str::to_string))
+                .collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(client_cidrs().await?, ["10.1.0.0/16"]);
+    let before = env.moto.requests().len();
+    env.services
+        .patch(
+            "ranged",
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"spec": {"loadBalancerSourceRanges": ["10.2.0.0/16"]}})),
+        )
+        .await?;
+    wait_for("the new range on the nodes, the old one gone", T, || async {
+        (client_cidrs().await.ok()? == ["10.2.0.0/16"]).then_some(())
+    })
+    .await?;
+    let mutations = env.moto.mutations_since(before);
+    let position = |action: &str, cidr: &str| {
+        mutations.iter().position(|(a, p)| {
+            a == action && p.get("GroupId") == Some(&node_group) && p.values().any(|v| v == cidr)
+        })
+    };
+    let granted = position("AuthorizeSecurityGroupIngress", "10.2.0.0/16");
+    let revoked = position("RevokeSecurityGroupIngress", "10.1.0.0/16");
+    println!("{mutations:#?}");
+    assert!(
+        matches!((granted, revoked), (Some(g), Some(r)) if g < r),
+        "granted at {granted:?}, revoked at {revoked:?}"
+    );
+    delete_service(&env, "ranged").await?;
+    nothing_left(&env).await
+}

@@ -113,8 +113,18 @@ impl AwsCloud {
             .cloned()
             .collect();
         let grant: Vec<CidrRule> = wanted.iter().filter(|r| !have.contains(r)).cloned().collect();
+        // Grant before revoke: a changed health check or source range never leaves a window
+        // in which the nodes admit neither the old nor the new rule (a failed health check
+        // takes every target out). Only a wanted rule that is an existing permission under
+        // another description (EC2 keys rules by protocol, ports and source) waits for that
+        // one's revocation.
+        let key = |r: &CidrRule| (r.protocol.clone(), r.from, r.to, r.cidr.clone());
+        let existing: BTreeSet<_> = have.iter().map(key).collect();
+        let (after_revoke, first): (Vec<CidrRule>, Vec<CidrRule>) =
+            grant.iter().cloned().partition(|r| existing.contains(&key(r)));
+        self.grant_rules(id, &first).await?;
         self.revoke_rules(id, &revoke).await?;
-        self.grant_rules(id, &grant).await?;
+        self.grant_rules(id, &after_revoke).await?;
         have.retain(|r| !revoke.contains(r));
         have.extend(grant);
 
