@@ -480,7 +480,11 @@ async fn a_changed_source_range_is_granted_before_the_old_one_is_revoked() -> Re
                 .flat_map(|g| g.ip_permissions())
                 .filter(|p| p.ip_protocol() == Some("tcp"))
                 .flat_map(|p| p.ip_ranges())
-                .filter(|r| r.description().unwrap_or_default().starts_with("kubernetes.io/rule/nlb/client="))
+                .filter(|r| {
+                    r.description()
+                        .unwrap_or_default()
+                        .starts_with("kubernetes.io/rule/nlb/client=")
+                })
                 .filter_map(|r| r.cidr_ip().map(str::to_string))
                 .collect::<Vec<_>>(),
         )
