@@ -184,6 +184,33 @@ impl Moto {
         ))
     }
 
+    /// Creates a Classic ELB `name` (TCP 80 → 30080) in `subnet` with `tags`, as another
+    /// controller or a stopped CCM left it.
+    pub async fn create_classic_elb(&self, name: &str, subnet: &str, tags: &[(&str, &str)]) -> Result<()> {
+        let mut request = self
+            .elb()
+            .create_load_balancer()
+            .load_balancer_name(name)
+            .listeners(
+                aws_sdk_elasticloadbalancing::types::Listener::builder()
+                    .protocol("TCP")
+                    .load_balancer_port(80)
+                    .instance_port(30080)
+                    .build()?,
+            )
+            .subnets(subnet);
+        for (k, v) in tags {
+            request = request.tags(
+                aws_sdk_elasticloadbalancing::types::Tag::builder()
+                    .key(*k)
+                    .value(*v)
+                    .build()?,
+            );
+        }
+        request.send().await.context("CreateLoadBalancer")?;
+        Ok(())
+    }
+
     /// Number of HTTP requests moto has answered so far (from its request log).
     pub fn request_count(&self) -> usize {
         self.log()

@@ -216,31 +216,15 @@ async fn orphans_lists_and_deletes_exactly_what_no_service_owns() -> Result<()> 
         wait_for_ingress(&services, name, T).await?;
     }
     // Another cluster's load balancer in the same account.
-    moto.elb()
-        .create_load_balancer()
-        .load_balancer_name("other-cluster-lb")
-        .listeners(
-            aws_sdk_elasticloadbalancing::types::Listener::builder()
-                .protocol("TCP")
-                .load_balancer_port(80)
-                .instance_port(30080)
-                .build()?,
-        )
-        .subnets(&world.subnets[0].1)
-        .tags(
-            aws_sdk_elasticloadbalancing::types::Tag::builder()
-                .key("kubernetes.io/cluster/other")
-                .value("owned")
-                .build()?,
-        )
-        .tags(
-            aws_sdk_elasticloadbalancing::types::Tag::builder()
-                .key(SERVICE_TAG)
-                .value("default/gone")
-                .build()?,
-        )
-        .send()
-        .await?;
+    moto.create_classic_elb(
+        "other-cluster-lb",
+        &world.subnets[0].1,
+        &[
+            ("kubernetes.io/cluster/other", "owned"),
+            (SERVICE_TAG, "default/gone"),
+        ],
+    )
+    .await?;
 
     // The CCM stops; the two Services lose their finalizer by hand and are deleted.
     ccm.signal(Signal::SIGTERM)?;

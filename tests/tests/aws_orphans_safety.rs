@@ -340,31 +340,15 @@ async fn orphans_delete_refuses_a_kubeconfig_of_another_cluster() -> Result<()> 
     let config = cluster.dir().join("cloud.conf");
     std::fs::write(&config, moto.cloud_config(&e2e))?;
     // An orphan of cluster e2e.
-    moto.elb()
-        .create_load_balancer()
-        .load_balancer_name("a0000000000000000000000000000e2e")
-        .listeners(
-            aws_sdk_elasticloadbalancing::types::Listener::builder()
-                .protocol("TCP")
-                .load_balancer_port(80)
-                .instance_port(30080)
-                .build()?,
-        )
-        .subnets(&e2e.subnets[0].1)
-        .tags(
-            aws_sdk_elasticloadbalancing::types::Tag::builder()
-                .key("kubernetes.io/cluster/e2e")
-                .value("owned")
-                .build()?,
-        )
-        .tags(
-            aws_sdk_elasticloadbalancing::types::Tag::builder()
-                .key("kubernetes.io/service-name")
-                .value("default/web")
-                .build()?,
-        )
-        .send()
-        .await?;
+    moto.create_classic_elb(
+        "a0000000000000000000000000000e2e",
+        &e2e.subnets[0].1,
+        &[
+            ("kubernetes.io/cluster/e2e", "owned"),
+            ("kubernetes.io/service-name", "default/web"),
+        ],
+    )
+    .await?;
     let args = vec![
         format!("--cloud-config={}", config.display()),
         format!("--kubeconfig={}", cluster.kubeconfig_path().display()),
