@@ -86,7 +86,7 @@ async fn nodes_come_from_nova_servers_stopped_ones_taint_deleted_ones_delete_and
     project.revoke_tokens().await?;
     set_ready(&nodes, "node-0", "Unknown").await?;
     wait_for("a re-authentication after the token was revoked", T, || async {
-        (ccm.metric_value(auths).await == 2.0).then_some(())
+        (ccm.metric_value_read(auths).await.ok()? >= 2.0).then_some(())
     })
     .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -94,10 +94,16 @@ async fn nodes_come_from_nova_servers_stopped_ones_taint_deleted_ones_delete_and
         nodes.get_opt("node-0").await?.is_some(),
         "node-0 deleted after the token was revoked"
     );
+    // Usually exactly one more; one more again when keystone refused the re-enabled user for a
+    // moment or revoked, at its one-second resolution, the token issued right after the
+    // revocation (seen on a loaded machine). Then the new token serves every call: no loop.
+    let settled = ccm.metric_value_read(auths).await?;
+    assert!((2.0..=3.0).contains(&settled), "authentications after the revocation: {settled}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
-        ccm.metric_value(auths).await,
-        2.0,
-        "authentications after re-authenticating once"
+        ccm.metric_value_read(auths).await?,
+        settled,
+        "the new token serves every call: no more authentications"
     );
 
     // node-3's server is stopped (SHUTOFF): the Node gets the shutdown taint and stays.
