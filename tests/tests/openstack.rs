@@ -98,7 +98,10 @@ async fn nodes_come_from_nova_servers_stopped_ones_taint_deleted_ones_delete_and
     // moment or revoked, at its one-second resolution, the token issued right after the
     // revocation (seen on a loaded machine). Then the new token serves every call: no loop.
     let settled = ccm.metric_value_read(auths).await?;
-    assert!((2.0..=3.0).contains(&settled), "authentications after the revocation: {settled}");
+    assert!(
+        (2.0..=3.0).contains(&settled),
+        "authentications after the revocation: {settled}"
+    );
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         ccm.metric_value_read(auths).await?,
