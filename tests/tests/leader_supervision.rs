@@ -103,6 +103,11 @@ async fn the_lease_is_renewed_throughout_a_slow_start() -> Result<()> {
     .await?;
     let first_holder = holder(&lease);
     let standby = start(&cluster, "ccm-standby", cluster.kubeconfig_path(), &[])?;
+    // Its /metrics answers before it is asked whether it leads (a failed read is no "no").
+    wait_for("the standby serves /metrics", T, || async {
+        standby.metrics().await.ok()
+    })
+    .await?;
     // 25 s > the 15 s lease: without renewals during the start-up the standby would take over.
     let mut renewals = std::collections::BTreeSet::new();
     let until = Instant::now() + Duration::from_secs(25);
