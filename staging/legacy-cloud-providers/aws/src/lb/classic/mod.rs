@@ -539,11 +539,11 @@ impl AwsCloud {
     /// provider's permissions for the group it made (`k8s-elb-<name>`,
     /// [`AwsCloud::made_for_classic`]) are revoked from the cluster's groups, the load balancer
     /// is deleted, then that group (retrying `DependencyViolation`). When rules this provider
-    /// did not make name that group, it is kept, and for the service controller the deletion
-    /// fails once the load balancer is gone ([`Deleter`]). No other group on the load balancer
-    /// is deleted; `keep` (the Service's bring-your-own groups) are not even described. Without
-    /// a group it made, the service controller revokes the nodes' permission for the load
-    /// balancer's first group.
+    /// did not make name that group, the service controller's deletion fails before anything
+    /// is changed, and `orphans` deletes the load balancer but keeps the group ([`super::Deleter`]).
+    /// No other group on the load balancer is deleted; `keep` (the Service's bring-your-own
+    /// groups) are not even described. Without a group it made, the service controller revokes
+    /// the nodes' permission for the load balancer's first group.
     pub(crate) async fn delete_classic(
         &self,
         name: &str,
