@@ -582,10 +582,15 @@ impl AwsCloud {
         // it is gone, the service controller would drop the Service and the group with it);
         // `orphans` deletes the load balancer and keeps the group.
         let mut kept = BTreeMap::new();
+        // The cluster groups holding this provider's permission for each group to delete,
+        // read once: revoked below unless the group is kept.
+        let mut holders = Vec::new();
         for g in &doomed {
             let id = g.group_id().unwrap_or_default();
-            let (_, foreign) = self.references(id).await?;
-            if !foreign.is_empty() {
+            let (own, foreign) = self.references(id).await?;
+            if foreign.is_empty() {
+                holders.push((id.to_string(), own));
+            } else {
                 kept.insert(id.to_string(), foreign);
             }
         }
@@ -605,11 +610,10 @@ impl AwsCloud {
                 "security group kept: rules this provider did not make still name it"
             );
         }
-        for g in doomed
-            .iter()
-            .filter(|g| !kept.contains_key(g.group_id().unwrap_or_default()))
-        {
-            self.revoke_references(g.group_id().unwrap_or_default()).await?;
+        for (id, own) in &holders {
+            for holder in own {
+                self.disallow_group(holder, id).await?;
+            }
         }
         doomed.retain(|g| !kept.contains_key(g.group_id().unwrap_or_default()));
         // A kept (bring-your-own) group through which the nodes admitted this load balancer:
