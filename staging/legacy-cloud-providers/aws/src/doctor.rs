@@ -301,65 +301,48 @@ impl AwsCloud {
         let ids: Vec<String> = by_instance.keys().cloned().collect();
         let mut found = BTreeSet::new();
         let mut zones_with_nodes = BTreeSet::new();
-        for chunk in ids.chunks(100) {
-            match self
-                .api
-                .call(
-                    "describe_instances",
-                    self.ec2
-                        .describe_instances()
-                        .filters(
-                            Filter::builder()
-                                .name("instance-id")
-                                .set_values(Some(chunk.to_vec()))
-                                .build(),
-                        )
-                        .send(),
-                )
-                .await
-            {
-                Ok(out) => {
-                    for i in out.reservations().iter().flat_map(|r| r.instances()) {
-                        let id = i.instance_id().unwrap_or_default().to_string();
-                        let Some(node) = by_instance.get(&id) else {
-                            continue;
-                        };
-                        let state = i
-                            .state()
-                            .and_then(|s| s.name())
-                            .map(|s| s.as_str().to_string())
-                            .unwrap_or_default();
-                        if state == "terminated" {
-                            continue;
-                        }
-                        found.insert(id.clone());
-                        if let Some(zone) = i.subnet_id().and_then(|s| subnet_zone.get(s)) {
-                            zones_with_nodes.insert(zone.clone());
-                        }
-                        let node_groups: Vec<&str> =
-                            i.security_groups().iter().filter_map(|g| g.group_id()).collect();
-                        let tagged_groups = node_groups
-                            .iter()
-                            .filter(|g| cluster_groups.contains(**g))
-                            .count();
-                        if node_groups.len() > 1 && tagged_groups != 1 {
-                            checks.push(Check::warn(
+        match self.instances_by_id(&ids).await {
+            Ok(instances) => {
+                for i in &instances {
+                    let id = i.instance_id().unwrap_or_default().to_string();
+                    let Some(node) = by_instance.get(&id) else {
+                        continue;
+                    };
+                    let state = i
+                        .state()
+                        .and_then(|s| s.name())
+                        .map(|s| s.as_str().to_string())
+                        .unwrap_or_default();
+                    if state == "terminated" {
+                        continue;
+                    }
+                    found.insert(id.clone());
+                    if let Some(zone) = i.subnet_id().and_then(|s| subnet_zone.get(s)) {
+                        zones_with_nodes.insert(zone.clone());
+                    }
+                    let node_groups: Vec<&str> =
+                        i.security_groups().iter().filter_map(|g| g.group_id()).collect();
+                    let tagged_groups = node_groups
+                        .iter()
+                        .filter(|g| cluster_groups.contains(**g))
+                        .count();
+                    if node_groups.len() > 1 && tagged_groups != 1 {
+                        checks.push(Check::warn(
                                 format!("node {node}"),
                                 format!("instance {id} ({state}) has {} security groups, {tagged_groups} tagged {}: load balancers open the one tagged group (fix: tag exactly one)", node_groups.len(), self.cluster_tag_key()),
                             ));
-                        } else {
-                            checks.push(Check::pass(
-                                format!("node {node}"),
-                                format!("instance {id} ({state})"),
-                            ));
-                        }
+                    } else {
+                        checks.push(Check::pass(
+                            format!("node {node}"),
+                            format!("instance {id} ({state})"),
+                        ));
                     }
                 }
-                Err(e) => checks.push(Check::warn(
-                    "nodes",
-                    format!("could not look up the Nodes' instances: {e}"),
-                )),
             }
+            Err(e) => checks.push(Check::warn(
+                "nodes",
+                format!("could not look up the Nodes' instances: {e}"),
+            )),
         }
         for (id, node) in &by_instance {
             if !found.contains(id) {

@@ -390,6 +390,38 @@ impl AwsCloud {
         &self.api
     }
 
+    /// The instances of `ids` that EC2 knows (by the `instance-id` filter, 200 at a time, all
+    /// pages): an ID it does not know is left out instead of failing the whole call.
+    pub(crate) async fn instances_by_id(
+        &self,
+        ids: &[String],
+    ) -> CloudResult<Vec<aws_sdk_ec2::types::Instance>> {
+        let mut found = Vec::new();
+        for chunk in ids.chunks(200) {
+            let reservations = self
+                .api
+                .call(
+                    "describe_instances",
+                    self.ec2
+                        .describe_instances()
+                        .filters(
+                            aws_sdk_ec2::types::Filter::builder()
+                                .name("instance-id")
+                                .set_values(Some(chunk.to_vec()))
+                                .build(),
+                        )
+                        .into_paginator()
+                        .items()
+                        .send()
+                        .try_collect(),
+                )
+                .await
+                .map_err(|e| cloud_error("looking up instances by ID", e))?;
+            found.extend(reservations.iter().flat_map(|r| r.instances()).cloned());
+        }
+        Ok(found)
+    }
+
     /// The instance for a Node; `Ok(None)` when EC2 says there is none.
     async fn instance_for(&self, node: &Node, max_age: Duration) -> CloudResult<Option<Arc<InstanceInfo>>> {
         self.lookup(&cache_key(node)?, max_age).await

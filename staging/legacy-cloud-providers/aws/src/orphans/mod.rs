@@ -430,34 +430,16 @@ impl AwsCloud {
             )));
         }
         let ids: Vec<String> = by_instance.keys().cloned().collect();
-        let mut found = BTreeMap::new();
-        for chunk in ids.chunks(200) {
-            let out = self
-                .api
-                .call(
-                    "describe_instances",
-                    self.ec2
-                        .describe_instances()
-                        .filters(
-                            aws_sdk_ec2::types::Filter::builder()
-                                .name("instance-id")
-                                .set_values(Some(chunk.to_vec()))
-                                .build(),
-                        )
-                        .into_paginator()
-                        .items()
-                        .send()
-                        .try_collect(),
-                )
-                .await
-                .map_err(|e| cloud_error("reading the Nodes' instances to check the cluster", e))?;
-            for r in &out {
-                for i in r.instances() {
-                    let info = crate::instances::InstanceInfo::from_sdk(i);
-                    found.insert(info.id.clone(), info);
-                }
-            }
-        }
+        let found: BTreeMap<String, crate::instances::InstanceInfo> = self
+            .instances_by_id(&ids)
+            .await
+            .map_err(|e| CloudError::msg(format!("reading the Nodes' instances to check the cluster: {e}")))?
+            .iter()
+            .map(|i| {
+                let info = crate::instances::InstanceInfo::from_sdk(i);
+                (info.id.clone(), info)
+            })
+            .collect();
         let mut problems = Vec::new();
         for (instance, node) in &by_instance {
             match found.get(instance) {
