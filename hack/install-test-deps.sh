@@ -348,10 +348,12 @@ if ! skipped docker-registry; then
   ln -sfn "$REG_DIR/usr/bin/docker-registry" "$BIN/docker-registry"
 fi
 
-# The test tools are built without their crates' fat LTO and single codegen unit: a test tool
-# needs no smallest, fastest binary, and on 2 cores these builds are most of the install time
-# (cargo-nextest: ~14 min with them, beside the Kubernetes builds).
-CHEAP_RELEASE=(env CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16)
+# The test tools are built without their crates' fat LTO and single codegen unit, and at
+# opt-level 1: a test tool needs no smallest, fastest binary (what they spend their time on is
+# waiting for rustc, the tests and the registry), and on 2 cores these builds are most of a
+# cold install (cargo-nextest: ~14 min with its own profile, beside the Kubernetes builds).
+CHEAP_RELEASE=(env CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
+  CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=debuginfo)
 
 # ---------------------------------------------------------------------------------------------
 # 5. cargo-deny, pinned.
@@ -381,7 +383,8 @@ if ! skipped cargo-nextest; then
   else
     step cargo-nextest "cargo install --locked cargo-nextest $CARGO_NEXTEST_VERSION (~6 min)"
     run_logged cargo-nextest "$LOGS/cargo-nextest.log" "${CHEAP_RELEASE[@]}" cargo install --locked --root "$NT_DIR" \
-      --target-dir "$CACHE/build/cargo-nextest-target" cargo-nextest --version "$CARGO_NEXTEST_VERSION"
+      --target-dir "$CACHE/build/cargo-nextest-target" --no-default-features --features default-no-update \
+      cargo-nextest --version "$CARGO_NEXTEST_VERSION"
     rm -rf "$CACHE/build/cargo-nextest-target"
     ln -sfn "$NT_DIR/bin/cargo-nextest" "$BIN/cargo-nextest"
     step cargo-nextest "installed: $("$NT_DIR/bin/cargo-nextest" nextest --version | head -1)"
