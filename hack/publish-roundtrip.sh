@@ -5,7 +5,10 @@
 #   1. a fresh registry; the staged crates published to it with the real `cargo publish`
 #      (hack/publish-staging.sh --registry --no-verify: step 5 checks each crate as
 #      downloaded from the registry instead, which costs a type-check, not a full build);
-#   2. the same versions published again: refused, nothing uploaded;
+#   2. a failure injected after the third upload (new crates paced as crates.io paces them,
+#      scaled down), then the same command again: it resumes, skipping what the registry has
+#      with the same checksum; once more: nothing uploaded; a changed crate at a published
+#      version: refused, nothing uploaded;
 #   3. the API check (hack/semver-checks.sh) of every staged crate against the last release,
 #      itself published to a second fresh registry from the revision hack/release.sh recorded;
 #   4. examples/cloud-provider-sample, copied out of the repository, built against the
@@ -55,15 +58,61 @@ dirty=()
 step "start a fresh registry on 127.0.0.1"
 start_registry rcp-test
 
-step "publish the staged crates (cargo publish --registry rcp-test)"
-hack/publish-staging.sh --registry rcp-test --no-verify "${dirty[@]}"
+# published_count: how many versions of the staged crates the registry's index has.
+published_count() {
+  local c n=0
+  for c in $(hack/staged-crates.sh); do
+    if out=$(hack/lib/registry-index.py --registry rcp-test "$c"); then n=$((n + $(wc -l <<<"$out"))); fi
+  done
+  echo "$n"
+}
+index_head() { git -C "$work/rcp-test" rev-parse HEAD; }
+staged_count=$(hack/staged-crates.sh | wc -l)
 
-step "publish the same versions again (must be refused)"
-if out=$(hack/publish-staging.sh --registry rcp-test "${dirty[@]}" 2>&1); then
-  echo "$out"; fail "publishing the same versions twice was not refused"
+step "publish the staged crates, a failure injected after the third upload"
+# Paced as crates.io paces new crates, scaled down: 2 in a burst, then one per 3 s.
+pace=(--new-crate-burst 2 --new-crate-interval 3)
+if PUBLISH_STAGING_FAIL_AFTER=3 hack/publish-staging.sh --registry rcp-test --no-verify "${pace[@]}" "${dirty[@]}" \
+  >"$work/publish-1.log" 2>&1; then
+  cat "$work/publish-1.log"; fail "the injected failure did not stop the publish"
 fi
-grep -q "refused: registry 'rcp-test' already has" <<<"$out" || { echo "$out"; fail "the second publish failed for another reason"; }
-echo "$out" | grep 'refused'
+cat "$work/publish-1.log"
+grep -q 'stopped after 3 uploads' "$work/publish-1.log" || fail "the publish stopped for another reason than the injected failure"
+grep -q 'then one per 3 s: waiting' "$work/publish-1.log" || fail "the third new crate was not paced"
+[[ $(published_count) == 3 ]] || fail "the registry should have 3 crates after the injected failure, not $(published_count)"
+
+step "the same command again: resumes"
+hack/publish-staging.sh --registry rcp-test --no-verify "${pace[@]}" "${dirty[@]}" | tee "$work/publish-2.log"
+[[ $(grep -c 'already published with the same checksum, skipped' "$work/publish-2.log") == 3 ]] ||
+  fail "the resumed publish should skip the 3 crates already published"
+grep -q "published $((staged_count - 3)) crates to registry 'rcp-test' (3 already there)" "$work/publish-2.log" ||
+  fail "the resumed publish should upload the $((staged_count - 3)) other crates"
+[[ $(published_count) == "$staged_count" ]] || fail "the registry should have all $staged_count crates, not $(published_count)"
+
+step "the same versions again: nothing uploaded"
+before=$(index_head)
+hack/publish-staging.sh --registry rcp-test "${dirty[@]}" | tee "$work/publish-3.log"
+grep -q "nothing to publish" "$work/publish-3.log" || fail "publishing the same versions again was not a no-op"
+[[ $(index_head) == "$before" ]] || fail "the registry's index changed on a publish with nothing to publish"
+
+step "a changed crate at a published version: refused, nothing uploaded"
+# A commit on a scratch clone that changes one staged crate's source, version unchanged.
+changed="$work/changed"
+git clone --quiet --shared "$ROOT" "$changed"
+if ((${#dirty[@]})); then git diff --binary HEAD | git -C "$changed" apply --whitespace=nowarn; fi
+echo '// changed after the release' >>"$changed/staging/vsphere-api/src/lib.rs"
+git -C "$changed" -c user.name=roundtrip -c user.email=roundtrip@localhost commit --quiet -am "a change without a version bump"
+if out=$("$changed/hack/publish-staging.sh" --registry rcp-test 2>&1); then
+  echo "$out"; fail "a changed crate was published over its published version"
+fi
+echo "$out"
+[[ $(grep -c REFUSED <<<"$out") == 1 ]] || { echo "$out"; fail "only vsphere-api should be refused"; }
+grep -q "vsphere-api [0-9.]*: REFUSED: already published with other files (src/lib.rs)" <<<"$out" ||
+  { echo "$out"; fail "the refusal should name the file that differs"; }
+# The five others: the same files packaged at another commit.
+[[ $(grep -c 'already published with the same files from commit' <<<"$out") == $((staged_count - 1)) ]] ||
+  { echo "$out"; fail "the unchanged crates, packaged at another commit, should be recognised as published"; }
+[[ $(index_head) == "$before" ]] || fail "the registry's index changed on a refused publish"
 
 if ((skip_semver == 0)); then
   step "API check against the last release (hack/semver-checks.sh)"
@@ -115,9 +164,18 @@ step "each published crate type-checked alone, and documented as docs.rs does"
 docs="$work/docs"
 mkdir -p "$docs"
 members=()
+head_commit=$(git rev-parse HEAD)
 while read -r name version; do
   curl -sSfL "$registry_api/api/v1/crates/$name/$version/download" | tar -xz -C "$docs"
   members+=("\"$name-$version\"")
+  # What a legal review and a reader of the crate need: the licence, the notice, the commit.
+  for f in LICENSE NOTICE; do
+    cmp -s "$docs/$name-$version/$f" "$f" || fail "$name as published lacks the repository's $f"
+  done
+  vcs=$(jq -c . "$docs/$name-$version/.cargo_vcs_info.json") || fail "$name as published has no .cargo_vcs_info.json"
+  [[ $(jq -r .git.sha1 <<<"$vcs") == "$head_commit" ]] || fail "$name as published names commit $vcs, not $head_commit"
+  [[ $(jq -r '.git.dirty // false' <<<"$vcs") == "$([[ ${#dirty[@]} -gt 0 ]] && echo true || echo false)" ]] ||
+    fail "$name as published says $vcs, and the working tree is $([[ ${#dirty[@]} -gt 0 ]] && echo dirty || echo clean)"
 done < <(cargo metadata --no-deps --format-version 1 --offline |
   jq -r '.packages[] | select(.manifest_path | contains("/staging/")) | "\(.name) \(.version)"')
 printf '[workspace]\nresolver = "3"\nmembers = [%s]\n' "$(IFS=,; echo "${members[*]}")" >"$docs/Cargo.toml"

@@ -9,11 +9,12 @@
 #                                    refused without a "## VERSION" section in CHANGELOG.md
 #   hack/release.sh check            the version in Cargo.toml has its CHANGELOG.md section and
 #                                    is above the last release (hack/last-release); run by CI
-#   hack/release.sh publish [--registry NAME]
+#   hack/release.sh publish [--registry NAME] [OPTION…]
 #                                    check, then publish (hack/publish-staging.sh: crates.io
-#                                    with --execute, or the registry NAME; a version the
-#                                    registry has is refused) and record the release in
-#                                    hack/last-release (commit that file)
+#                                    with --execute, or the registry NAME; OPTIONs go to it,
+#                                    e.g. --owner LOGIN, required for crates.io; a run that
+#                                    stops part-way is resumed by running it again) and record
+#                                    the release in hack/last-release (commit that file)
 #
 # hack/last-release names the version last published and the commit it was published from:
 # hack/semver-checks.sh compares the staged crates' API with it.
@@ -89,11 +90,11 @@ case "$cmd" in
     read -r last_version _ <<<"$(last_release)"
     [[ "$version" != "${last_version:-}" ]] || fail "$version is the last release already: bump first (hack/release.sh bump <version>)"
     if [[ "${1:-}" == --registry ]]; then
-      hack/publish-staging.sh --registry "${2:?--registry needs a name}"
-      where="registry '$2'"
+      where="registry '${2:?--registry needs a name}'"
+      hack/publish-staging.sh --registry "$2" "${@:3}"
     else
-      hack/publish-staging.sh --execute
       where="crates.io"
+      hack/publish-staging.sh --execute "$@"
     fi
     cat > hack/last-release <<EOF
 # The last release of the staged crates (written by hack/release.sh publish): the version
