@@ -823,18 +823,8 @@ async fn routes_follow_pod_cidrs_inside_the_cluster_cidr_only() -> Result<()> {
     let client = cluster.client().await?;
     let cloud = Arc::new(FakeCloud::new());
     // A route the controller does not own (outside the cluster CIDR) and a stale one inside.
-    cloud.add_route(Route {
-        name: "vpn".into(),
-        target_node: "gateway".into(),
-        destination_cidr: "192.168.0.0/24".into(),
-        ..Default::default()
-    });
-    cloud.add_route(Route {
-        name: "stale".into(),
-        target_node: "old-node".into(),
-        destination_cidr: "10.244.9.0/24".into(),
-        ..Default::default()
-    });
+    cloud.add_route(Route::new("gateway", "192.168.0.0/24").with_name("vpn"));
+    cloud.add_route(Route::new("old-node", "10.244.9.0/24").with_name("stale"));
     let nodes: Api<Node> = Api::all(client.clone());
     node_with_cidr(&nodes, "r-1", "10.244.1.0/24").await?;
     node_with_cidr(&nodes, "r-2", "10.244.2.0/24").await?;

@@ -15,7 +15,7 @@
 //!                   "addresses": [ { "type": "InternalIP", "address": "10.0.0.1" } ] } ] }
 //! ```
 
-use std::{collections::BTreeMap, path::PathBuf, sync::Arc};
+use std::{path::PathBuf, sync::Arc};
 
 use async_trait::async_trait;
 use k8s_cloud_provider::{
@@ -168,13 +168,11 @@ impl InstancesV2 for SampleCloud {
 
     async fn instance_metadata(&self, node: &Node) -> CloudResult<Option<InstanceMetadata>> {
         let machine = self.machine_of(node)?.ok_or(CloudError::InstanceNotFound)?;
-        Ok(Some(InstanceMetadata {
-            provider_id: format!("sample://{}", machine.id),
-            instance_type: machine.instance_type,
-            node_addresses: machine.addresses,
-            zone: machine.zone,
-            region: machine.region,
-            additional_labels: BTreeMap::new(),
-        }))
+        Ok(Some(
+            InstanceMetadata::new(format!("sample://{}", machine.id))
+                .with_instance_type(machine.instance_type)
+                .with_node_addresses(machine.addresses)
+                .with_zone(machine.zone, machine.region),
+        ))
     }
 }

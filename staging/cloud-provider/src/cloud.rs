@@ -29,8 +29,9 @@ use crate::error::CloudResult;
 
 /// What a provider receives when the cloud-controller-manager starts its controllers (after
 /// leadership is acquired), like upstream's `Initialize(clientBuilder, stop)` plus
-/// `SetInformers`.
+/// `SetInformers`. The framework builds it (`#[non_exhaustive]`: fields may be added).
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct InitContext {
     /// A client with the controller manager's identity (user agent `cloud-controller-manager`).
     pub client: Client,
@@ -190,7 +191,21 @@ pub trait Instances: Send + Sync {
 }
 
 /// Everything the node controller writes onto a Node, from one call.
+///
+/// `#[non_exhaustive]`: fields may be added in a minor release. Build one with
+/// [`InstanceMetadata::new`] and the `with_*` methods (or assign the public fields):
+///
+/// ```
+/// use k8s_cloud_provider::InstanceMetadata;
+///
+/// let metadata = InstanceMetadata::new("sample://i-0123")
+///     .with_instance_type("m5.large")
+///     .with_zone("zone-a", "region-1");
+/// assert_eq!((metadata.zone.as_str(), metadata.region.as_str()), ("zone-a", "region-1"));
+/// assert!(metadata.node_addresses.is_empty());
+/// ```
 #[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct InstanceMetadata {
     /// `<provider>://<id>`; written to `spec.providerID` if the Node has none. Must be stable.
     pub provider_id: String,
@@ -204,6 +219,44 @@ pub struct InstanceMetadata {
     pub region: String,
     /// Extra labels (keys in the `kubernetes.io`/`k8s.io` namespaces are dropped).
     pub additional_labels: std::collections::BTreeMap<String, String>,
+}
+
+impl InstanceMetadata {
+    /// Metadata with this provider ID and nothing else (no labels, no addresses).
+    pub fn new(provider_id: impl Into<String>) -> Self {
+        Self {
+            provider_id: provider_id.into(),
+            ..Self::default()
+        }
+    }
+
+    /// With this instance type (the `node.kubernetes.io/instance-type` label).
+    pub fn with_instance_type(mut self, instance_type: impl Into<String>) -> Self {
+        self.instance_type = instance_type.into();
+        self
+    }
+
+    /// With these Node addresses.
+    pub fn with_node_addresses(mut self, node_addresses: Vec<NodeAddress>) -> Self {
+        self.node_addresses = node_addresses;
+        self
+    }
+
+    /// With this zone and region (the `topology.kubernetes.io/{zone,region}` labels).
+    pub fn with_zone(mut self, zone: impl Into<String>, region: impl Into<String>) -> Self {
+        self.zone = zone.into();
+        self.region = region.into();
+        self
+    }
+
+    /// With these extra labels.
+    pub fn with_additional_labels(
+        mut self,
+        additional_labels: std::collections::BTreeMap<String, String>,
+    ) -> Self {
+        self.additional_labels = additional_labels;
+        self
+    }
 }
 
 /// The preferred instances capability: whole-Node calls, so a provider can use
@@ -220,13 +273,24 @@ pub trait InstancesV2: Send + Sync {
     async fn instance_metadata(&self, node: &Node) -> CloudResult<Option<InstanceMetadata>>;
 }
 
-/// A failure domain.
+/// A failure domain (`#[non_exhaustive]`: build it with [`Zone::new`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Zone {
     /// Zone (e.g. `us-east-1a`).
     pub failure_domain: String,
     /// Region (e.g. `us-east-1`).
     pub region: String,
+}
+
+impl Zone {
+    /// A zone of a region.
+    pub fn new(failure_domain: impl Into<String>, region: impl Into<String>) -> Self {
+        Self {
+            failure_domain: failure_domain.into(),
+            region: region.into(),
+        }
+    }
 }
 
 /// The deprecated zones capability (only used with [`Instances`]).
@@ -250,7 +314,11 @@ pub trait Clusters: Send + Sync {
 }
 
 /// A pod-network route to a node.
+///
+/// `#[non_exhaustive]`: build one with [`Route::new`] and the `with_*` methods (or assign the
+/// public fields).
 #[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct Route {
     /// The provider's name for the route (ignored on create).
     pub name: String,
@@ -264,6 +332,37 @@ pub struct Route {
     pub destination_cidr: String,
     /// Whether the route's target is gone.
     pub blackhole: bool,
+}
+
+impl Route {
+    /// A route of `destination_cidr` to `target_node`, without a name (set by the cloud).
+    pub fn new(target_node: impl Into<String>, destination_cidr: impl Into<String>) -> Self {
+        Self {
+            target_node: target_node.into(),
+            destination_cidr: destination_cidr.into(),
+            ..Self::default()
+        }
+    }
+
+    /// With the provider's name for it.
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// With the target node's addresses, compared by the provider
+    /// (`enable_node_addresses`).
+    pub fn with_target_node_addresses(mut self, addresses: Vec<NodeAddress>) -> Self {
+        self.enable_node_addresses = true;
+        self.target_node_addresses = addresses;
+        self
+    }
+
+    /// Marked as a blackhole (its target is gone) or not.
+    pub fn with_blackhole(mut self, blackhole: bool) -> Self {
+        self.blackhole = blackhole;
+        self
+    }
 }
 
 /// The routes capability.

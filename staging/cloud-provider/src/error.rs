@@ -9,8 +9,10 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// What a [`crate::CloudProvider`] method can fail with.
 ///
 /// The controllers act on the first five variants exactly as upstream does; everything else
-/// is [`CloudError::Other`] and is retried with back-off.
+/// is [`CloudError::Other`] and is retried with back-off. `#[non_exhaustive]`: a variant may be
+/// added in a minor release, so a `match` needs a wildcard arm (or use the `is_*` methods).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CloudError {
     /// The instance does not exist. Must **not** be returned for stopped instances: the
     /// node-lifecycle controller deletes the Node when it sees this.

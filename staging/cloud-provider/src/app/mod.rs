@@ -251,8 +251,10 @@ async fn watch_config_file(
     }
 }
 
-/// Why the application stopped with an error.
+/// Why the application stopped with an error (`#[non_exhaustive]`: a variant may be added in
+/// a minor release).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AppError {
     /// One or more flags are invalid (messages name the flags).
     #[error("invalid flags: {0}")]

@@ -610,14 +610,10 @@ impl AwsCloud {
         let addresses = i
             .node_addresses(&self.config.node_ip_families)
             .map_err(CloudError::msg)?;
-        Ok(InstanceMetadata {
-            provider_id: provider_id_for(&i.zone, &i.id),
-            instance_type: i.instance_type.clone(),
-            node_addresses: addresses,
-            zone: i.zone.clone(),
-            region: self.region.clone(),
-            additional_labels: BTreeMap::new(),
-        })
+        Ok(InstanceMetadata::new(provider_id_for(&i.zone, &i.id))
+            .with_instance_type(i.instance_type.clone())
+            .with_node_addresses(addresses)
+            .with_zone(i.zone.clone(), self.region.clone()))
     }
 }
 
@@ -814,27 +810,18 @@ impl Zones for AwsCloud {
                 "cannot tell the zone of the CCM's own instance: set [Global] Zone",
             ));
         }
-        Ok(Zone {
-            failure_domain: zone,
-            region: self.region.clone(),
-        })
+        Ok(Zone::new(zone, self.region.clone()))
     }
     async fn get_zone_by_provider_id(&self, provider_id: &str) -> CloudResult<Zone> {
         let i = self
             .by_provider_id(provider_id, METADATA_MAX_AGE)
             .await?
             .ok_or(CloudError::InstanceNotFound)?;
-        Ok(Zone {
-            failure_domain: i.zone.clone(),
-            region: self.region.clone(),
-        })
+        Ok(Zone::new(i.zone.clone(), self.region.clone()))
     }
     async fn get_zone_by_node_name(&self, name: &str) -> CloudResult<Zone> {
         let i = self.existing_by_name(name).await?;
-        Ok(Zone {
-            failure_domain: i.zone.clone(),
-            region: self.region.clone(),
-        })
+        Ok(Zone::new(i.zone.clone(), self.region.clone()))
     }
 }
 

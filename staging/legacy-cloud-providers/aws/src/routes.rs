@@ -197,12 +197,7 @@ impl Routes for AwsCloud {
                 };
                 let name = format!("{cluster_name}-{cidr}");
                 if r.state() == Some(&RouteState::Blackhole) {
-                    routes.push(Route {
-                        name,
-                        destination_cidr: cidr.to_string(),
-                        blackhole: true,
-                        ..Default::default()
-                    });
+                    routes.push(Route::new("", cidr).with_name(name).with_blackhole(true));
                     continue;
                 }
                 let Some(instance_id) = r.instance_id() else {
@@ -224,13 +219,7 @@ impl Routes for AwsCloud {
                         continue;
                     }
                 };
-                routes.push(Route {
-                    name,
-                    target_node: target,
-                    destination_cidr: cidr.to_string(),
-                    blackhole,
-                    ..Default::default()
-                });
+                routes.push(Route::new(target, cidr).with_name(name).with_blackhole(blackhole));
             }
         }
         Ok(routes)

@@ -343,14 +343,15 @@ impl InstancesV2 for OpenStackCloud {
             (None, Some(id)) => id.clone(),
             (None, None) => String::new(),
         };
-        Ok(Some(InstanceMetadata {
-            provider_id: Self::provider_id(&server),
-            instance_type,
-            node_addresses: node_addresses(&server, &self.config.networking),
-            zone: server.availability_zone.clone(),
-            region: self.config.global.region.clone(),
-            additional_labels: BTreeMap::new(),
-        }))
+        Ok(Some(
+            InstanceMetadata::new(Self::provider_id(&server))
+                .with_instance_type(instance_type)
+                .with_node_addresses(node_addresses(&server, &self.config.networking))
+                .with_zone(
+                    server.availability_zone.clone(),
+                    self.config.global.region.clone(),
+                ),
+        ))
     }
 }
 

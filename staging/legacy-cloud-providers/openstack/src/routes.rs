@@ -143,13 +143,9 @@ impl Routes for OpenStackCloud {
             .into_iter()
             .map(|r| {
                 let node = by_ip.get(&r.nexthop).cloned();
-                Route {
-                    name: r.destination.clone(),
-                    target_node: node.clone().unwrap_or_default(),
-                    destination_cidr: r.destination,
-                    blackhole: node.is_none(),
-                    ..Default::default()
-                }
+                Route::new(node.clone().unwrap_or_default(), r.destination.clone())
+                    .with_name(r.destination)
+                    .with_blackhole(node.is_none())
             })
             .collect())
     }

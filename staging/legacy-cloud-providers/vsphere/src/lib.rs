@@ -468,18 +468,16 @@ impl InstancesV2 for VsphereCloud {
         .map_err(|e| CloudError::msg(format!("node {}: {e}", node_name(node))))?;
         let (zone, region) = self.zone_region(&r, &props).await?;
         debug!(node = node_name(node), vm = %r.vm, uuid = %uuid, "found VM for node");
-        Ok(Some(InstanceMetadata {
-            provider_id: format!("vsphere://{uuid}"),
-            instance_type: instance_type(
-                props.int("summary.config.numCpu").unwrap_or(0),
-                props.int("summary.config.memorySizeMB").unwrap_or(0),
-                &props.string("summary.config.guestId").unwrap_or_default(),
-            ),
-            node_addresses: addresses,
-            zone,
-            region,
-            additional_labels: BTreeMap::new(),
-        }))
+        Ok(Some(
+            InstanceMetadata::new(format!("vsphere://{uuid}"))
+                .with_instance_type(instance_type(
+                    props.int("summary.config.numCpu").unwrap_or(0),
+                    props.int("summary.config.memorySizeMB").unwrap_or(0),
+                    &props.string("summary.config.guestId").unwrap_or_default(),
+                ))
+                .with_node_addresses(addresses)
+                .with_zone(zone, region),
+        ))
     }
 }
 
