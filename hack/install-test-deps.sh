@@ -11,6 +11,7 @@
 #     moto-5.2.5/venv/                        moto[server] from PyPI in a venv
 #     vcsim-0.24.2/{vcsim,govc}               built from Debian's govmomi sources (Debian's Go 1.19)
 #     docker-registry-2.8.2+ds1-1/            Debian's docker-registry, unpacked (never installed)
+#     (rustup)                                the staged crates' rust-version toolchain (minimal profile)
 #     cargo-deny-0.20.2/bin/cargo-deny        cargo install --locked
 #     cargo-nextest-0.9.143/bin/cargo-nextest  cargo install --locked (only when none is installed)
 #     cargo-http-registry-0.1.8/bin/…         cargo install --locked (the test registry)
@@ -24,8 +25,8 @@
 #
 # Environment:
 #   RCP_CACHE_DIR   override the cache directory
-#   RCP_SKIP        space-separated steps to skip (apt kubernetes kubernetes-oldest aws-ccm moto vcsim docker-registry cargo-deny
-#                   cargo-nextest cargo-http-registry cargo-semver-checks openstack)
+#   RCP_SKIP        space-separated steps to skip (apt kubernetes kubernetes-oldest aws-ccm moto vcsim docker-registry msrv
+#                   cargo-deny cargo-nextest cargo-http-registry cargo-semver-checks openstack)
 set -euo pipefail
 
 PROJECT=rust-cloud-provider
@@ -354,6 +355,21 @@ fi
 # cold install (cargo-nextest: ~14 min with its own profile, beside the Kubernetes builds).
 CHEAP_RELEASE=(env CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
   CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=debuginfo)
+
+# ---------------------------------------------------------------------------------------------
+# 4b. The staged crates' declared minimum Rust (rust-version in Cargo.toml), through rustup:
+#     hack/publish-roundtrip.sh checks and documents every published crate with it.
+MSRV=$(sed -n '/^\[workspace.package\]/,/^\[/ s/^rust-version = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml")
+if ! skipped msrv; then
+  [[ -n "$MSRV" ]] || { step msrv "FAILED: no rust-version in [workspace.package] of Cargo.toml"; exit 1; }
+  if rustup run "$MSRV" rustc --version >/dev/null 2>&1; then
+    step msrv "present: $(rustup run "$MSRV" rustc --version)"
+  else
+    step msrv "rustup toolchain install $MSRV --profile minimal"
+    run_logged msrv "$LOGS/msrv.log" rustup toolchain install "$MSRV" --profile minimal
+    step msrv "installed: $(rustup run "$MSRV" rustc --version)"
+  fi
+fi
 
 # ---------------------------------------------------------------------------------------------
 # 5. cargo-deny, pinned.

@@ -156,11 +156,15 @@ step "the sample: cargo fmt, cargo clippy, and its boundary rules (cargo deny, i
 (cd "$sample" && cargo fmt --check && CARGO_TARGET_DIR=$target cargo clippy --quiet --bin cloud-controller-manager-sample -- -D warnings &&
   cargo deny --offline --color never check bans) || fail "the sample is not clean (cargo fmt, cargo clippy or cargo deny)"
 
-step "each published crate type-checked alone, and documented as docs.rs does"
+msrv=$(sed -n '/^\[workspace.package\]/,/^\[/ s/^rust-version = "\(.*\)"$/\1/p' Cargo.toml)
+step "each published crate type-checked alone and documented as docs.rs does, with Rust $msrv (its rust-version)"
 # Each crate as downloaded from the registry, outside the repository (none of its cargo
 # configuration applies): `cargo check` (it builds alone, from its package, against its
 # siblings as published), then `cargo doc` with the features and rustdoc arguments of its
-# [package.metadata.docs.rs]. docs.rs uses a nightly toolchain; this uses the project's.
+# [package.metadata.docs.rs]. Both with the toolchain of the declared rust-version (the MSRV
+# check; hack/install-test-deps.sh installs it); docs.rs uses a nightly.
+rustup run "$msrv" cargo --version >/dev/null 2>&1 ||
+  fail "Rust $msrv (the staged crates' rust-version) is not installed: run hack/install-test-deps.sh"
 docs="$work/docs"
 mkdir -p "$docs"
 members=()
@@ -184,12 +188,12 @@ while IFS='|' read -r name all_features features rustdoc_args; do
   flags=()
   [[ $all_features == true ]] && flags+=(--all-features)
   [[ -n "$features" ]] && flags+=(--features "$features")
-  (cd "$docs" && CARGO_TARGET_DIR="$target" cargo check --quiet -p "$name" "${flags[@]}") ||
-    fail "$name, as published, does not build on its own"
+  (cd "$docs" && CARGO_TARGET_DIR="$target" rustup run "$msrv" cargo check --quiet -p "$name" "${flags[@]}") ||
+    fail "$name, as published, does not build on its own with Rust $msrv (its rust-version)"
   (cd "$docs" && RUSTDOCFLAGS="$rustdoc_args -D warnings" CARGO_TARGET_DIR="$target" \
-    cargo doc --quiet --no-deps -p "$name" "${flags[@]}") ||
-    fail "the documentation of $name does not build as docs.rs builds it"
-  echo "[publish-roundtrip]   $name: checked and documented (all-features: $all_features, features: ${features:-none}, rustdoc: ${rustdoc_args:-none})"
+    rustup run "$msrv" cargo doc --quiet --no-deps -p "$name" "${flags[@]}") ||
+    fail "the documentation of $name does not build as docs.rs builds it (Rust $msrv)"
+  echo "[publish-roundtrip]   $name: checked and documented with Rust $msrv (all-features: $all_features, features: ${features:-none}, rustdoc: ${rustdoc_args:-none})"
 done < <(cd "$docs" && cargo metadata --no-deps --format-version 1 |
   jq -r '.packages[] | (.metadata.docs.rs // {}) as $d
     | "\(.name)|\($d["all-features"] // false)|\(($d.features // []) | join(","))|\(($d["rustdoc-args"] // []) | join(" "))"')

@@ -17,8 +17,8 @@
 
 use std::{path::PathBuf, sync::Arc};
 
-use async_trait::async_trait;
 use k8s_cloud_provider::{
+    async_trait,
     CloudError, CloudProvider, CloudResult, InstanceMetadata, InstancesV2,
     app::ProviderSpec,
     k8s_controller_manager::metrics::{Metrics, prometheus::IntCounter},

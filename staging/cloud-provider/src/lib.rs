@@ -90,6 +90,20 @@ pub mod well_known;
 /// [`CloudProvider::register_metrics`] receives through here without a dependency of its own.
 pub use k8s_controller_manager;
 
+/// The Kubernetes client this framework uses (the [`kube::Client`] of [`InitContext`]), so that
+/// a provider calls the API with the very version the framework was built with, pinning
+/// nothing by hand.
+pub use kube;
+
+/// The Kubernetes API types this framework uses. A library enables no Kubernetes version: the
+/// provider's binary still depends on `k8s-openapi` itself to choose one (a feature such as
+/// `v1_37`), at the version `k8s-cloud-provider` names (see docs/versioning.md).
+pub use k8s_openapi;
+
+/// The attribute the capability traits ([`CloudProvider`], [`InstancesV2`], …) are written
+/// with: `#[k8s_cloud_provider::async_trait]` on a provider's `impl` blocks.
+pub use async_trait::async_trait;
+
 pub use cloud::{
     CloudProvider, Clusters, InitContext, InstanceMetadata, Instances, InstancesV2, LoadBalancer, Route,
     Routes, Zone, Zones,
