@@ -65,12 +65,20 @@ impl CcmProcess {
         env: &[(&str, &str)],
     ) -> Result<Self> {
         crate::init();
-        let port = free_port();
+        // A `--secure-port=N` among `args` is kept (two processes sharing one port); otherwise
+        // a free port is chosen.
+        let given = args.iter().find_map(|a| a.strip_prefix("--secure-port="));
+        let port = match given {
+            Some(p) => p.parse().with_context(|| format!("--secure-port={p}"))?,
+            None => free_port(),
+        };
         let mut all = vec![
             format!("--kubeconfig={}", kubeconfig.display()),
             "--bind-address=127.0.0.1".to_string(),
-            format!("--secure-port={port}"),
         ];
+        if given.is_none() {
+            all.push(format!("--secure-port={port}"));
+        }
         for flag in ["--authentication-kubeconfig", "--authorization-kubeconfig"] {
             if !args.iter().any(|a| a.starts_with(flag)) {
                 all.push(format!("{flag}={}", kubeconfig.display()));

@@ -20,7 +20,7 @@ use kube::{
 use nix::sys::signal::Signal;
 use rcp_e2e::{
     Moto, TestCluster,
-    ccm::CcmProcess,
+    ccm::{CcmProcess, run_to_exit_with_env},
     fault_proxy::{Action, FaultProxy, Rule},
     k8s::{load_balancer_service, set_ready, tainted_node, wait_for, wait_for_ingress},
     moto::{Instance, World, mutating},
@@ -801,4 +801,118 @@ fn upstream_version() -> String {
         .and_then(|b| std::process::Command::new(b).arg("--version").output().ok())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default()
+}
+
+/// Every flag of upstream's `--help`, with the value a manifest would give it: its default as
+/// printed (`(default X)`), else the zero value of its type (Go prints no default for those).
+/// Flags whose default is an empty list are left out (Go refuses an empty value for some of
+/// them, e.g. `--tls-sni-cert-key`), and `--feature-gates` gets every gate at its default.
+fn upstream_flags_with_values(help: &str) -> Vec<String> {
+    let flag = regex::Regex::new(r"^\s+(?:-\w, )?--([a-z0-9-]+)(?: (\S+))?(?:\s{2,}(.*))?$").unwrap();
+    let mut flags: Vec<(String, Option<String>, String)> = Vec::new();
+    for line in help.lines() {
+        if let Some(c) = flag.captures(line) {
+            flags.push((
+                c[1].to_string(),
+                c.get(2).map(|m| m.as_str().to_string()),
+                c.get(3).map(|m| m.as_str().to_string()).unwrap_or_default(),
+            ));
+        } else if let Some(last) = flags.last_mut()
+            && line.starts_with(' ')
+        {
+            // A continuation of the description (indented; section titles are not).
+            last.2.push(' ');
+            last.2.push_str(line.trim());
+        }
+    }
+    let default = regex::Regex::new(r#"\(default "?(.*?)"?\)\s*$"#).unwrap();
+    let gate = regex::Regex::new(r"(\w+)=true\|false \((?:ALPHA|BETA) - default=(\w+)\)").unwrap();
+    let mut args = Vec::new();
+    for (name, kind, description) in flags {
+        if ["help", "version", "kubeconfig", "cloud-provider", "cloud-config"].contains(&name.as_str()) {
+            continue;
+        }
+        if name == "feature-gates" {
+            let gates: Vec<String> = gate
+                .captures_iter(&description)
+                .map(|c| format!("{}={}", &c[1], &c[2]))
+                .collect();
+            assert!(gates.len() > 30, "upstream's gates: {description}");
+            args.push(format!("--feature-gates={}", gates.join(",")));
+            continue;
+        }
+        let value = match default.captures(&description) {
+            Some(c) if &c[1] == "[]" => continue,
+            Some(c) => c[1].trim_start_matches('[').trim_end_matches(']').to_string(),
+            None => match kind.as_deref() {
+                None => "false".into(),
+                Some("int" | "int32" | "float" | "float32" | "Level" | "quantity") => "0".into(),
+                Some("duration") => "0s".into(),
+                Some(_) => String::new(),
+            },
+        };
+        args.push(format!("--{name}={value}"));
+    }
+    args
+}
+
+/// A manifest written for upstream's AWS cloud-controller-manager starts ours unchanged: every
+/// flag of its `--help` (the binary built from `k8s.io/cloud-provider-aws`), with its value,
+/// passes our flag parsing and validation together, and the command goes on to read the
+/// kubeconfig (the first thing after validation). An unknown feature gate is refused as
+/// upstream refuses it.
+#[test]
+fn every_flag_of_the_upstream_aws_ccm_is_accepted() -> Result<()> {
+    let upstream = paths::test_bin("aws-cloud-controller-manager")?;
+    let help = std::process::Command::new(&upstream).arg("--help").output()?;
+    let help = String::from_utf8_lossy(&help.stdout).to_string() + &String::from_utf8_lossy(&help.stderr);
+    let mut args = upstream_flags_with_values(&help);
+    assert!(args.len() > 70, "{} flags found in upstream's --help", args.len());
+    let flags = args.len();
+    args.push("--cloud-provider=aws".into());
+    args.push("--kubeconfig=/nonexistent/kubeconfig".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, _, stderr) =
+        run_to_exit_with_env("cloud-controller-manager-aws", &args, &[("RUST_LOG", "warn")])?;
+    assert_eq!(code, 1, "{stderr}");
+    for refusal in [
+        "unexpected argument",
+        "invalid value",
+        "invalid flags",
+        "a value is required",
+    ] {
+        assert!(!stderr.contains(refusal), "{refusal}: {stderr}");
+    }
+    assert!(
+        stderr.contains("--kubeconfig /nonexistent/kubeconfig"),
+        "{stderr}"
+    );
+    eprintln!("{flags} flags of {} accepted", upstream_version());
+
+    let (code, _, stderr) = run_to_exit_with_env(
+        "cloud-controller-manager-aws",
+        &[
+            "--feature-gates=CloudControllerManagerWebhook=true,NoSuchGate=true",
+            "--kubeconfig=/nonexistent",
+        ],
+        &[("RUST_LOG", "warn")],
+    )?;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("--feature-gates: unrecognized feature gate: NoSuchGate"),
+        "{stderr}"
+    );
+    let (_, _, stderr) = run_to_exit_with_env(
+        "cloud-controller-manager-aws",
+        &[
+            "--feature-gates=CloudControllerManagerWebhook=true",
+            "--kubeconfig=/nonexistent",
+        ],
+        &[("RUST_LOG", "warn")],
+    )?;
+    assert!(
+        stderr.contains("have no effect here") && stderr.contains("CloudControllerManagerWebhook=true"),
+        "a gate set to other than its default is reported: {stderr}"
+    );
+    Ok(())
 }

@@ -327,3 +327,98 @@ async fn unserved_paths_cost_no_review_and_oversized_heads_are_refused() -> Resu
     );
     Ok(())
 }
+
+/// `curl` against the secure port: the HTTP version it got and its exit code (35: the TLS
+/// handshake failed).
+fn curl(port: u16, extra: &[&str]) -> Result<(String, i32)> {
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sk",
+            "--max-time",
+            "5",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_version}",
+        ])
+        .args(extra)
+        .arg(format!("https://127.0.0.1:{port}/healthz"))
+        .output()
+        .context("curl")?;
+    Ok((
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        out.status.code().unwrap_or(-1),
+    ))
+}
+
+/// The secure-serving flags of Go's cloud-controller-manager take effect: `--disable-http2-serving`
+/// (a client asking for HTTP/2 gets HTTP/1.1; without the flag it gets HTTP/2),
+/// `--tls-curve-preferences` (only the named key exchange is offered), and
+/// `--permit-port-sharing` (a second process binds the same port; without the flag on both it
+/// cannot).
+#[tokio::test]
+async fn serving_flags_of_the_go_ccm_take_effect() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let kubeconfig = cluster.kubeconfig_path();
+    let default = start_fake(&cluster, "ccm-serving-default", kubeconfig, &[]).await?;
+    assert_eq!(
+        curl(default.port(), &["--http2"])?,
+        ("2".to_string(), 0),
+        "HTTP/2 by default"
+    );
+    let tuned = start_fake(
+        &cluster,
+        "ccm-serving-tuned",
+        kubeconfig,
+        &[
+            "--disable-http2-serving".into(),
+            "--tls-curve-preferences=24".into(),
+            "--permit-port-sharing".into(),
+        ],
+    )
+    .await?;
+    let port = tuned.port();
+    assert_eq!(curl(port, &["--http2"])?, ("1.1".to_string(), 0), "HTTP/1.1 only");
+    assert_eq!(curl(port, &["--curves", "P-384"])?.1, 0, "P-384 is offered");
+    assert_eq!(curl(port, &["--curves", "X25519"])?.1, 35, "X25519 is not");
+    assert_eq!(
+        curl(default.port(), &["--curves", "X25519"])?.1,
+        0,
+        "X25519 is by default"
+    );
+
+    // A second process on the same port, with SO_REUSEPORT as the first: it serves.
+    let mut second = start_fake(
+        &cluster,
+        "ccm-serving-shared",
+        kubeconfig,
+        &[format!("--secure-port={port}"), "--permit-port-sharing".into()],
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    second.check_running()?;
+    assert!(
+        second
+            .log()
+            .contains(&format!("Serving securely on 127.0.0.1:{port}")),
+        "the second binds the port"
+    );
+    // A third without the flag cannot bind it, and says why.
+    let fake = cluster.dir().join("fake.json");
+    let mut third = CcmProcess::start(
+        FAKE,
+        "ccm-serving-refused",
+        kubeconfig,
+        cluster.dir(),
+        &[
+            format!("--secure-port={port}"),
+            format!("--cloud-config={}", fake.display()),
+            "--cluster-cidr=10.244.0.0/16".into(),
+            "--leader-elect=false".into(),
+        ],
+    )?;
+    let code = third.wait_exit(T)?;
+    assert!(matches!(code, Some(c) if c != 0), "exit {code:?}");
+    assert!(third.log().contains("Address already in use"), "{}", third.log());
+    Ok(())
+}

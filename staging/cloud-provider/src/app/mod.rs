@@ -39,6 +39,7 @@
 
 mod access;
 mod clients;
+pub mod feature_gates;
 mod leader;
 pub mod options;
 mod running;
@@ -423,6 +424,7 @@ where
 {
     let matches = command(spec).try_get_matches_from(args)?;
     let mut options = Options::from_arg_matches(&matches)?;
+    options.unset_empty_values();
     options.matches = matches;
     Ok(options)
 }

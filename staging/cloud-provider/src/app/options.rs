@@ -72,6 +72,9 @@ pub struct Options {
     /// Logging flags.
     #[command(flatten, next_help_heading = "Logging flags")]
     pub logging: LoggingFlags,
+    /// Webhook flags (no webhook is built in).
+    #[command(flatten, next_help_heading = "Webhook flags")]
+    pub webhooks: WebhookFlags,
     /// Everything parsed from the command line, including the flags of the controllers a
     /// provider adds ([`crate::app::ProviderController::flags`]), which read them from here.
     #[arg(skip)]
@@ -85,7 +88,7 @@ pub struct CloudProviderFlags {
     #[arg(long = "cloud-provider", default_value = "")]
     pub cloud_provider: String,
     /// The path to the cloud provider configuration file. Empty string for no configuration file.
-    #[arg(long = "cloud-config")]
+    #[arg(long = "cloud-config", value_parser = optional_path)]
     pub cloud_config: Option<PathBuf>,
     /// Allow the cluster to run without the cluster-id on cloud instances (deprecated).
     #[arg(long = "allow-untagged-cloud", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
@@ -162,6 +165,21 @@ pub struct GenericFlags {
     #[arg(long = "dry-run", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
           require_equals = true, default_missing_value = "true", value_parser = go_bool)]
     pub dry_run: bool,
+    /// Feature gates (`Name=true|false`, comma-separated); see [`super::feature_gates`].
+    #[arg(long = "feature-gates", value_delimiter = ',', value_name = "NAME=BOOL,...",
+          help = super::feature_gates::help())]
+    pub feature_gates: Vec<String>,
+    /// Enable profiling via web interface host:port/debug/pprof/ (Go's profiler: accepted for compatibility; this binary serves no /debug/pprof).
+    #[arg(long = "profiling", default_value_t = true, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", value_parser = go_bool)]
+    pub profiling: bool,
+    /// Enable block profiling, if profiling is enabled (Go's profiler: accepted for compatibility, no effect).
+    #[arg(long = "contention-profiling", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", value_parser = go_bool)]
+    pub contention_profiling: bool,
+    /// The plugin to use when cloud provider is set to external (used by kube-controller-manager only: accepted for compatibility, no effect).
+    #[arg(long = "external-cloud-volume-plugin", default_value = "")]
+    pub external_cloud_volume_plugin: String,
 }
 
 /// Leader election flags.
@@ -204,7 +222,7 @@ pub struct LeaderMigrationFlags {
     pub enable_leader_migration: bool,
     /// Path to the config file for controller leader migration, or empty to use the value that
     /// reflects default configuration of the controller manager.
-    #[arg(long = "leader-migration-config")]
+    #[arg(long = "leader-migration-config", value_parser = optional_path)]
     pub leader_migration_config: Option<PathBuf>,
 }
 
@@ -228,6 +246,13 @@ pub struct NodeControllerFlags {
         allow_negative_numbers = true
     )]
     pub concurrent_node_status_updates: i32,
+    /// The number of workers for syncing NodeStatus in cloud-node-lifecycle-controller (accepted and checked for compatibility: the lifecycle pass here checks the Nodes one after another, each with its own --cloud-call-timeout).
+    #[arg(
+        long = "concurrent-node-lifecycle-syncs",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
+    pub concurrent_node_lifecycle_syncs: i32,
 }
 
 /// Service controller flags.
@@ -252,13 +277,13 @@ pub struct SecureServingFlags {
     #[arg(long = "secure-port", default_value_t = crate::well_known::CLOUD_CONTROLLER_MANAGER_PORT)]
     pub secure_port: u16,
     /// The directory where the TLS certs are located. Ignored if --tls-cert-file and --tls-private-key-file are provided.
-    #[arg(long = "cert-dir")]
+    #[arg(long = "cert-dir", value_parser = optional_path)]
     pub cert_dir: Option<PathBuf>,
     /// File containing the default x509 Certificate for HTTPS.
-    #[arg(long = "tls-cert-file")]
+    #[arg(long = "tls-cert-file", value_parser = optional_path)]
     pub tls_cert_file: Option<PathBuf>,
     /// File containing the default x509 private key matching --tls-cert-file.
-    #[arg(long = "tls-private-key-file")]
+    #[arg(long = "tls-private-key-file", value_parser = optional_path)]
     pub tls_private_key_file: Option<PathBuf>,
     /// A pair of x509 certificate and private key file paths, optionally suffixed with a list of domain patterns which are fully qualified domain names, possibly with prefixed wildcard segments. If no domain patterns are provided, the names of the certificate are extracted. Non-wildcard matches trump over wildcard matches, explicit domain patterns trump over extracted names. For multiple key/certificate pairs, use the --tls-sni-cert-key multiple times. Examples: "example.crt,example.key" or "foo.crt,foo.key:*.foo.com,foo.com". Changed files are served without a restart.
     #[arg(long = "tls-sni-cert-key", value_name = "CERT,KEY[:NAMES]")]
@@ -269,6 +294,40 @@ pub struct SecureServingFlags {
     /// Comma-separated list of cipher suites for the server (Go's names, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256). If omitted, the default cipher suites are used. Suites this server does not implement (CBC, RSA key exchange, 3DES, RC4) are accepted and not offered; the TLS 1.3 suites are always offered.
     #[arg(long = "tls-cipher-suites", value_delimiter = ',')]
     pub tls_cipher_suites: Vec<String>,
+    /// Comma-separated list of numeric Go crypto/tls CurveID values, as the allowed key exchange mechanisms for the server, in order of preference: 23 (P-256), 24 (P-384), 29 (X25519), 4588 (X25519MLKEM768); 25 (P-521) is not offered by this server. If omitted, the defaults are used.
+    #[arg(long = "tls-curve-preferences", value_delimiter = ',', value_name = "IDS")]
+    pub tls_curve_preferences: Vec<String>,
+    /// If true, HTTP2 serving will be disabled.
+    #[arg(long = "disable-http2-serving", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", value_parser = go_bool)]
+    pub disable_http2_serving: bool,
+    /// The limit that the server gives to clients for the maximum number of streams in an HTTP/2 connection. Zero means this server's default (16).
+    #[arg(long = "http2-max-streams-per-connection", default_value_t = 0)]
+    pub http2_max_streams_per_connection: u32,
+    /// If true, SO_REUSEADDR will be used when binding the port (it always is on this server, as on Go's on Linux).
+    #[arg(long = "permit-address-sharing", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", value_parser = go_bool)]
+    pub permit_address_sharing: bool,
+    /// If true, SO_REUSEPORT will be used when binding the port, which allows more than one instance to bind on the same address and port.
+    #[arg(long = "permit-port-sharing", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", value_parser = go_bool)]
+    pub permit_port_sharing: bool,
+}
+
+impl SecureServingFlags {
+    /// `--tls-curve-preferences` as numbers (Go's int32 slice: empty entries are skipped); an
+    /// entry that is not a curve ID is an error naming it.
+    pub fn curve_ids(&self) -> Result<Vec<u16>, String> {
+        self.tls_curve_preferences
+            .iter()
+            .map(|c| c.trim())
+            .filter(|c| !c.is_empty())
+            .map(|c| {
+                c.parse::<u16>()
+                    .map_err(|_| format!("--tls-curve-preferences: {c:?} is not a numeric curve ID (e.g. 23 for P-256, 29 for X25519)"))
+            })
+            .collect()
+    }
 }
 
 /// Delegated authentication of the secure port (see `k8s_controller_manager::auth`).
@@ -291,6 +350,36 @@ pub struct AuthenticationFlags {
     /// If set, any request presenting a client certificate signed by one of the authorities in the client-ca-file is authenticated with an identity corresponding to the CommonName of the client certificate.
     #[arg(long = "client-ca-file", value_parser = optional_path)]
     pub client_ca_file: Option<PathBuf>,
+    /// Root certificate bundle to verify the client certificates of an authenticating front proxy (accepted for compatibility: this server does not trust identities in request headers, so requests through such a proxy are not authenticated by them; a warning says so).
+    #[arg(long = "requestheader-client-ca-file", value_parser = optional_path)]
+    pub requestheader_client_ca_file: Option<PathBuf>,
+    /// List of client certificate common names to allow to provide usernames in headers (see --requestheader-client-ca-file).
+    #[arg(long = "requestheader-allowed-names", value_delimiter = ',')]
+    pub requestheader_allowed_names: Vec<String>,
+    /// List of request headers to inspect for usernames (see --requestheader-client-ca-file).
+    #[arg(
+        long = "requestheader-username-headers",
+        value_delimiter = ',',
+        default_value = "x-remote-user"
+    )]
+    pub requestheader_username_headers: Vec<String>,
+    /// List of request headers to inspect for groups (see --requestheader-client-ca-file).
+    #[arg(
+        long = "requestheader-group-headers",
+        value_delimiter = ',',
+        default_value = "x-remote-group"
+    )]
+    pub requestheader_group_headers: Vec<String>,
+    /// List of request header prefixes to inspect (see --requestheader-client-ca-file).
+    #[arg(
+        long = "requestheader-extra-headers-prefix",
+        value_delimiter = ',',
+        default_value = "x-remote-extra-"
+    )]
+    pub requestheader_extra_headers_prefix: Vec<String>,
+    /// List of request headers to inspect for UIDs (see --requestheader-client-ca-file).
+    #[arg(long = "requestheader-uid-headers", value_delimiter = ',')]
+    pub requestheader_uid_headers: Vec<String>,
 }
 
 /// Delegated authorization of the secure port (see `k8s_controller_manager::auth`).
@@ -330,7 +419,7 @@ impl AuthorizationFlags {
 #[derive(Debug, Clone, Args)]
 pub struct MiscFlags {
     /// Path to kubeconfig file with authorization and master location information.
-    #[arg(long = "kubeconfig")]
+    #[arg(long = "kubeconfig", value_parser = optional_path)]
     pub kubeconfig: Option<PathBuf>,
     /// The address of the Kubernetes API server (overrides any value in kubeconfig).
     #[arg(long = "master")]
@@ -346,6 +435,90 @@ pub struct LoggingFlags {
     /// Sets the log format. Permitted formats: "text", "json".
     #[arg(long = "logging-format", default_value = "text", value_parser = ["text", "json"])]
     pub logging_format: String,
+    /// Comma-separated list of pattern=N settings for klog's file-filtered logging (Go source files: accepted for compatibility; use RUST_LOG=<module>=debug for one module).
+    #[arg(long = "vmodule", value_delimiter = ',', value_name = "PATTERN=N,...")]
+    pub vmodule: Vec<String>,
+    /// Maximum number of seconds between log flushes (logs are written unbuffered here: accepted for compatibility).
+    #[arg(long = "log-flush-frequency", default_value = "5s", value_parser = go_duration)]
+    pub log_flush_frequency: Duration,
+    /// klog's text-format info buffer size (accepted for compatibility, no effect).
+    #[arg(long = "log-text-info-buffer-size", default_value = "0")]
+    pub log_text_info_buffer_size: String,
+    /// klog's split of info and error messages into stdout and stderr (accepted for compatibility: every message goes to stderr).
+    #[arg(long = "log-text-split-stream", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", value_parser = go_bool)]
+    pub log_text_split_stream: bool,
+}
+
+/// The webhook flags of Go's cloud-controller-manager. It has no built-in webhook, and neither
+/// has this one: the flags are accepted so that a manifest written for it runs unchanged, and
+/// `--webhooks` naming a webhook is an error.
+#[derive(Debug, Clone, Args)]
+pub struct WebhookFlags {
+    /// A list of webhooks to enable. '*' enables all on-by-default webhooks, 'foo' enables the webhook named 'foo', '-foo' disables the webhook named 'foo'. All webhooks: none.
+    #[arg(long = "webhooks", value_delimiter = ',')]
+    pub webhooks: Vec<String>,
+    /// The IP address on which to listen for the --webhook-secure-port port (no webhook is served).
+    #[arg(long = "webhook-bind-address", default_value = "0.0.0.0")]
+    pub webhook_bind_address: IpAddr,
+    /// Secure port to serve cloud provider webhooks (no webhook is served).
+    #[arg(long = "webhook-secure-port", default_value_t = 10260)]
+    pub webhook_secure_port: u16,
+    /// The directory where the webhook server's TLS certs are located (no webhook is served).
+    #[arg(long = "webhook-cert-dir", value_parser = optional_path)]
+    pub webhook_cert_dir: Option<PathBuf>,
+    /// If true, HTTP2 serving will be disabled for the webhook server (no webhook is served).
+    #[arg(long = "webhook-disable-http2-serving", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", value_parser = go_bool)]
+    pub webhook_disable_http2_serving: bool,
+    /// The webhook server's x509 certificate (no webhook is served).
+    #[arg(long = "webhook-tls-cert-file", value_parser = optional_path)]
+    pub webhook_tls_cert_file: Option<PathBuf>,
+    /// The webhook server's x509 private key (no webhook is served).
+    #[arg(long = "webhook-tls-private-key-file", value_parser = optional_path)]
+    pub webhook_tls_private_key_file: Option<PathBuf>,
+    /// The webhook server's cipher suites (no webhook is served).
+    #[arg(long = "webhook-tls-cipher-suites", value_delimiter = ',')]
+    pub webhook_tls_cipher_suites: Vec<String>,
+    /// The webhook server's key exchange curves (no webhook is served).
+    #[arg(long = "webhook-tls-curve-preferences", value_delimiter = ',')]
+    pub webhook_tls_curve_preferences: Vec<String>,
+    /// The webhook server's minimum TLS version (no webhook is served).
+    #[arg(long = "webhook-tls-min-version", default_value = "")]
+    pub webhook_tls_min_version: String,
+    /// The webhook server's SNI certificate and key pairs (no webhook is served).
+    #[arg(long = "webhook-tls-sni-cert-key")]
+    pub webhook_tls_sni_cert_key: Vec<String>,
+}
+
+impl Options {
+    /// Go's string flags given empty (`--cloud-config=`) mean "not set": each such path or
+    /// address becomes `None`, as if the flag were not given.
+    pub fn unset_empty_values(&mut self) {
+        fn unset(p: &mut Option<PathBuf>) {
+            if p.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+                *p = None;
+            }
+        }
+        for p in [
+            &mut self.cloud.cloud_config,
+            &mut self.leader_migration.leader_migration_config,
+            &mut self.serving.cert_dir,
+            &mut self.serving.tls_cert_file,
+            &mut self.serving.tls_private_key_file,
+            &mut self.authentication.client_ca_file,
+            &mut self.authentication.requestheader_client_ca_file,
+            &mut self.misc.kubeconfig,
+            &mut self.webhooks.webhook_cert_dir,
+            &mut self.webhooks.webhook_tls_cert_file,
+            &mut self.webhooks.webhook_tls_private_key_file,
+        ] {
+            unset(p);
+        }
+        if self.misc.master.as_deref().is_some_and(str::is_empty) {
+            self.misc.master = None;
+        }
+    }
 }
 
 /// Options after validation, in the types the application uses.
@@ -368,6 +541,37 @@ pub struct ValidatedOptions {
 }
 
 impl Options {
+    /// Warns about flags of Go's cloud-controller-manager set to what this one does not do.
+    fn warn_compatibility_only(&self) {
+        if self.generic.contention_profiling {
+            tracing::warn!("--contention-profiling has no effect: this binary has no Go profiler");
+        }
+        if !self.generic.external_cloud_volume_plugin.is_empty() {
+            tracing::warn!(
+                "--external-cloud-volume-plugin has no effect: only kube-controller-manager uses it"
+            );
+        }
+        if !self.logging.vmodule.iter().all(|v| v.trim().is_empty()) {
+            tracing::warn!(
+                vmodule = %self.logging.vmodule.join(","),
+                "--vmodule has no effect (it names Go source files): use --v, or RUST_LOG=<module>=debug for one module"
+            );
+        }
+        if self.logging.log_text_split_stream {
+            tracing::warn!("--log-text-split-stream has no effect: every message goes to stderr");
+        }
+        if self
+            .authentication
+            .requestheader_client_ca_file
+            .as_ref()
+            .is_some_and(|p| !p.as_os_str().is_empty())
+        {
+            tracing::warn!(
+                "--requestheader-client-ca-file: identities in request headers (an authenticating front proxy) are not trusted by this server; such requests are authenticated by their bearer token or client certificate only"
+            );
+        }
+    }
+
     /// Validates every flag, collecting all problems; each message names its flag.
     pub fn validate(&self, registry: &ControllerRegistry) -> Result<ValidatedOptions, Vec<String>> {
         let mut errors = Vec::new();
@@ -497,6 +701,35 @@ impl Options {
         } else if lm.leader_migration_config.is_some() {
             tracing::warn!("--leader-migration-config is ignored without --enable-leader-migration");
         }
+        if self.node.concurrent_node_lifecycle_syncs <= 0 {
+            errors.push(format!(
+                "--concurrent-node-lifecycle-syncs must be a positive number (got {})",
+                self.node.concurrent_node_lifecycle_syncs
+            ));
+        }
+        match super::feature_gates::parse(&self.generic.feature_gates) {
+            Ok(gates) => {
+                let changed = super::feature_gates::changed(&gates);
+                if !changed.is_empty() {
+                    tracing::warn!(
+                        gates = %changed.join(","),
+                        "--feature-gates: these gates of Go's cloud-controller-manager have no effect here"
+                    );
+                }
+            }
+            Err(e) => errors.extend(e),
+        }
+        for webhook in self.webhooks.webhooks.iter().map(|w| w.trim()) {
+            if !webhook.is_empty() && webhook != "*" {
+                errors.push(format!(
+                    "--webhooks: {webhook:?} is not a webhook of this cloud-controller-manager (it has none, like Go's)"
+                ));
+            }
+        }
+        if let Err(e) = self.serving.curve_ids() {
+            errors.push(e);
+        }
+        self.warn_compatibility_only();
         if self.serving.tls_cert_file.is_some() != self.serving.tls_private_key_file.is_some() {
             errors.push("--tls-cert-file and --tls-private-key-file must be given together".into());
         }

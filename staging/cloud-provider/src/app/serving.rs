@@ -51,6 +51,11 @@ pub(super) fn serving_options(opts: &Options, client_ca: Option<ClientCa>) -> Se
         sni_cert_keys: opts.serving.tls_sni_cert_key.clone(),
         tls_min_version: opts.serving.tls_min_version.clone(),
         tls_cipher_suites: opts.serving.tls_cipher_suites.clone(),
+        // Checked by `Options::validate`.
+        tls_curve_preferences: opts.serving.curve_ids().unwrap_or_default(),
+        disable_http2: opts.serving.disable_http2_serving,
+        http2_max_streams_per_connection: opts.serving.http2_max_streams_per_connection,
+        permit_port_sharing: opts.serving.permit_port_sharing,
     }
 }
 

@@ -57,6 +57,8 @@ pub struct ConnectionLimits {
     pub http2_max_concurrent_streams: u32,
     /// Longest life of one connection (keep-alive included).
     pub max_connection_age: Duration,
+    /// Serve HTTP/1.1 only (`--disable-http2-serving`).
+    pub http1_only: bool,
 }
 
 impl Default for ConnectionLimits {
@@ -69,6 +71,7 @@ impl Default for ConnectionLimits {
             http2_keep_alive_interval: Duration::from_secs(30),
             http2_max_concurrent_streams: 16,
             max_connection_age: Duration::from_secs(300),
+            http1_only: false,
         }
     }
 }

@@ -146,6 +146,18 @@ pub struct ServingOptions {
     /// `extension-apiserver-authentication` ConfigMap), as PEM, with where it came from (for
     /// errors). `None`: no client certificate is asked for.
     pub client_ca: Option<ClientCa>,
+    /// `--tls-curve-preferences`: Go `crypto/tls` CurveIDs (the TLS named-group code points),
+    /// in preference order; empty: the defaults.
+    pub tls_curve_preferences: Vec<u16>,
+    /// `--disable-http2-serving`: HTTP/1.1 only (no `h2` in ALPN).
+    pub disable_http2: bool,
+    /// `--http2-max-streams-per-connection` (0: this server's default,
+    /// [`ConnectionLimits::default`]'s 16).
+    pub http2_max_streams_per_connection: u32,
+    /// `--permit-port-sharing`: `SO_REUSEPORT` on the listening socket, so that more than one
+    /// process can bind the same address and port. (`SO_REUSEADDR`, `--permit-address-sharing`,
+    /// is always set, as Rust's and Go's listeners on Linux set it.)
+    pub permit_port_sharing: bool,
 }
 
 /// A client CA bundle and its origin.
@@ -217,22 +229,38 @@ pub async fn serve(
     }
     let tls = ReloadingConfig::start(opts, shutdown.clone())?;
     let addr = SocketAddr::new(opts.bind_address, opts.secure_port);
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServerError::Bind { addr, source })?;
+    let listener =
+        bind(addr, opts.permit_port_sharing).map_err(|source| ServerError::Bind { addr, source })?;
     let local = listener
         .local_addr()
         .map_err(|source| ServerError::Bind { addr, source })?;
-    info!(address = %local, "Serving securely on {local}");
-    serve_on(
-        listener,
-        tls,
-        endpoints,
-        delegation,
-        ConnectionLimits::default(),
-        shutdown,
-    );
+    info!(address = %local, http2 = !opts.disable_http2, "Serving securely on {local}");
+    let defaults = ConnectionLimits::default();
+    let limits = ConnectionLimits {
+        http2_max_concurrent_streams: match opts.http2_max_streams_per_connection {
+            0 => defaults.http2_max_concurrent_streams,
+            n => n,
+        },
+        http1_only: opts.disable_http2,
+        ..defaults
+    };
+    serve_on(listener, tls, endpoints, delegation, limits, shutdown);
     Ok(Some(local))
+}
+
+/// The listening socket: `SO_REUSEADDR` (as `TcpListener::bind` sets it), `SO_REUSEPORT` when
+/// asked for.
+fn bind(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    if reuse_port {
+        socket.set_reuseport(true)?;
+    }
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 /// Serves TLS connections from `listener` with `limits` until `shutdown`, checking every
@@ -305,6 +333,9 @@ pub fn serve_on(
                         }
                     });
                     let mut builder = auto::Builder::new(TokioExecutor::new());
+                    if limits.http1_only {
+                        builder = builder.http1_only();
+                    }
                     builder
                         .http1()
                         .timer(hyper_util::rt::TokioTimer::new())
@@ -441,6 +472,10 @@ mod tests {
             sni_cert_keys: vec![],
             tls_min_version: String::new(),
             tls_cipher_suites: vec![],
+            tls_curve_preferences: vec![],
+            disable_http2: false,
+            http2_max_streams_per_connection: 0,
+            permit_port_sharing: false,
         };
         let tls = ReloadingConfig::fixed(tls::server_config(&opts).unwrap());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

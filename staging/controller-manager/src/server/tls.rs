@@ -215,6 +215,53 @@ pub fn crypto_provider(cipher_suites: &[String]) -> Result<Arc<CryptoProvider>, 
     }))
 }
 
+/// Go `crypto/tls` CurveIDs (which are the TLS named-group code points) and their names.
+const GO_CURVES: &[(u16, &str)] = &[
+    (23, "CurveP256"),
+    (24, "CurveP384"),
+    (25, "CurveP521"),
+    (29, "X25519"),
+    (4588, "X25519MLKEM768"),
+];
+
+/// `provider` with its key-exchange groups cut down to `curves` (`--tls-curve-preferences`,
+/// Go CurveIDs), in that order of preference; empty: unchanged. An ID this server does not
+/// offer is an error naming it and the IDs it offers.
+pub fn with_curves(
+    provider: Arc<CryptoProvider>,
+    curves: &[u16],
+) -> Result<Arc<CryptoProvider>, ServerError> {
+    if curves.is_empty() {
+        return Ok(provider);
+    }
+    let named = |id: u16| match GO_CURVES.iter().find(|(i, _)| *i == id) {
+        Some((_, name)) => format!("{id} ({name})"),
+        None => id.to_string(),
+    };
+    let mut groups: Vec<&'static dyn rustls::crypto::SupportedKxGroup> = Vec::new();
+    for &id in curves {
+        let Some(group) = provider.kx_groups.iter().find(|g| u16::from(g.name()) == id) else {
+            let offered: Vec<String> = provider
+                .kx_groups
+                .iter()
+                .map(|g| named(u16::from(g.name())))
+                .collect();
+            return Err(ServerError::Tls(format!(
+                "--tls-curve-preferences: curve {} is not offered by this server; it offers {}",
+                named(id),
+                offered.join(", ")
+            )));
+        };
+        if !groups.iter().any(|g| g.name() == group.name()) {
+            groups.push(*group);
+        }
+    }
+    Ok(Arc::new(CryptoProvider {
+        kx_groups: groups,
+        ..(*provider).clone()
+    }))
+}
+
 /// A certificate chain and key loaded from files, checked to belong together.
 fn load_pair(
     provider: &CryptoProvider,
@@ -331,7 +378,10 @@ impl ResolvesServerCert for SniResolver {
 
 /// Builds the rustls configuration from the options (reading every file named there).
 pub fn server_config(opts: &ServingOptions) -> Result<rustls::ServerConfig, ServerError> {
-    let provider = crypto_provider(&opts.tls_cipher_suites)?;
+    let provider = with_curves(
+        crypto_provider(&opts.tls_cipher_suites)?,
+        &opts.tls_curve_preferences,
+    )?;
     let default = match (&opts.tls_cert_file, &opts.tls_private_key_file) {
         (Some(cert), Some(key)) => {
             load_pair(&provider, "--tls-cert-file", cert, "--tls-private-key-file", key)?
@@ -402,7 +452,11 @@ pub fn server_config(opts: &ServingOptions) -> Result<rustls::ServerConfig, Serv
         }
     };
     let mut config = builder.with_cert_resolver(Arc::new(resolver));
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.alpn_protocols = if opts.disable_http2 {
+        vec![b"http/1.1".to_vec()]
+    } else {
+        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+    };
     Ok(config)
 }
 
@@ -549,6 +603,29 @@ mod tests {
             let e = bad.parse::<SniCertKey>().unwrap_err();
             assert!(e.contains(bad), "{e}");
         }
+    }
+
+    #[test]
+    fn curve_preferences_keep_the_named_groups_in_order_and_refuse_others() {
+        let base = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let ids = |p: &CryptoProvider| {
+            p.kx_groups
+                .iter()
+                .map(|g| u16::from(g.name()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(&with_curves(base.clone(), &[]).unwrap()), ids(&base));
+        assert_eq!(
+            ids(&with_curves(base.clone(), &[24, 29, 24]).unwrap()),
+            vec![24, 29]
+        );
+        let refused = with_curves(base, &[29, 25]).unwrap_err().to_string();
+        assert!(
+            refused.contains(
+                "--tls-curve-preferences: curve 25 (CurveP521) is not offered by this server; it offers"
+            ) && refused.contains("29 (X25519)"),
+            "{refused}"
+        );
     }
 
     #[test]
