@@ -18,9 +18,9 @@
 use std::{path::PathBuf, sync::Arc};
 
 use k8s_cloud_provider::{
-    async_trait,
     CloudError, CloudProvider, CloudResult, InstanceMetadata, InstancesV2,
     app::ProviderSpec,
+    async_trait,
     k8s_controller_manager::metrics::{Metrics, prometheus::IntCounter},
     registry::Factory,
 };
