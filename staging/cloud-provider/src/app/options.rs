@@ -435,7 +435,7 @@ pub struct LoggingFlags {
     /// Sets the log format. Permitted formats: "text", "json".
     #[arg(long = "logging-format", default_value = "text", value_parser = ["text", "json"])]
     pub logging_format: String,
-    /// Comma-separated list of pattern=N settings for klog's file-filtered logging (Go source files: accepted for compatibility; use RUST_LOG=<module>=debug for one module).
+    /// Comma-separated list of pattern=N settings for klog's file-filtered logging (Go source files: accepted for compatibility; use RUST_LOG=MODULE=debug for one module).
     #[arg(long = "vmodule", value_delimiter = ',', value_name = "PATTERN=N,...")]
     pub vmodule: Vec<String>,
     /// Maximum number of seconds between log flushes (logs are written unbuffered here: accepted for compatibility).
@@ -554,7 +554,7 @@ impl Options {
         if !self.logging.vmodule.iter().all(|v| v.trim().is_empty()) {
             tracing::warn!(
                 vmodule = %self.logging.vmodule.join(","),
-                "--vmodule has no effect (it names Go source files): use --v, or RUST_LOG=<module>=debug for one module"
+                "--vmodule has no effect (it names Go source files): use --v, or RUST_LOG=MODULE=debug for one module"
             );
         }
         if self.logging.log_text_split_stream {
