@@ -36,11 +36,7 @@
 //!     }
 //!     async fn instance_metadata(&self, node: &Node) -> CloudResult<Option<InstanceMetadata>> {
 //!         let name = node.metadata.name.clone().ok_or(CloudError::InstanceNotFound)?;
-//!         Ok(Some(InstanceMetadata {
-//!             provider_id: format!("mycloud://{name}"),
-//!             zone: "zone-a".into(),
-//!             ..Default::default()
-//!         }))
+//!         Ok(Some(InstanceMetadata::new(format!("mycloud://{name}")).with_zone("zone-a", "")))
 //!     }
 //! }
 //!
