@@ -144,3 +144,83 @@ async fn every_overlay_renders_and_the_api_server_accepts_it() -> Result<()> {
     }
     Ok(())
 }
+
+/// Every AWS API call in the AWS provider's sources (`<client>.<operation>()` with `client`
+/// one of `ec2`, `elb`, `elbv2`, `ecr`, `sts`, across line breaks), as the IAM action it needs.
+/// STS calls need none of the caller's own: `GetCallerIdentity` is always allowed,
+/// `AssumeRoleWithWebIdentity` and `AssumeRole` are granted by the assumed role's trust policy
+/// (docs/prerequisites.md says so for `[Global] RoleARN`).
+fn aws_actions_in_code() -> Result<std::collections::BTreeSet<String>> {
+    let call = regex::Regex::new(r"\b(ec2|elb|elbv2|ecr|sts)\b(?:\(\))?\s*\.\s*([a-z_]+)\(\)")?;
+    let root = paths::workspace_root();
+    let mut actions = std::collections::BTreeSet::new();
+    let mut stack = vec![
+        root.join("staging/legacy-cloud-providers/aws/src"),
+        root.join("providers/aws/src"),
+        root.join("cmd/ecr-credential-provider/src"),
+    ];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).with_context(|| dir.display().to_string())? {
+            let path = entry?.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path)?;
+            for c in call.captures_iter(&text) {
+                let operation: String = c[2]
+                    .split('_')
+                    .map(|w| w[..1].to_uppercase() + &w[1..])
+                    .collect();
+                let service = match &c[1] {
+                    "ec2" => "ec2",
+                    "elb" | "elbv2" => "elasticloadbalancing",
+                    "ecr" => "ecr",
+                    _ => continue,
+                };
+                if operation == "Clone" {
+                    continue;
+                }
+                actions.insert(format!("{service}:{operation}"));
+            }
+        }
+    }
+    Ok(actions)
+}
+
+fn policy_actions(file: &str) -> Result<std::collections::BTreeSet<String>> {
+    let path = paths::workspace_root().join("deploy/aws/iam").join(file);
+    let policy: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+    let mut actions = std::collections::BTreeSet::new();
+    for statement in policy["Statement"].as_array().context("Statement")? {
+        for a in statement["Action"].as_array().context("Action")? {
+            actions.insert(a.as_str().context("an action")?.to_string());
+        }
+    }
+    Ok(actions)
+}
+
+/// The IAM policies shipped in `deploy/aws/iam/` allow exactly the AWS calls the code makes:
+/// the CCM's every EC2 and Elastic Load Balancing call (plus the service-linked role ELB needs
+/// once per account), the credential provider's ECR call. A call added to the code without
+/// its permission, or a permission the code no longer needs, fails here.
+#[test]
+fn the_aws_iam_policies_allow_exactly_the_calls_the_code_makes() -> Result<()> {
+    let code = aws_actions_in_code()?;
+    assert!(code.len() > 40, "{code:?}");
+    let (node, ccm): (std::collections::BTreeSet<String>, std::collections::BTreeSet<String>) =
+        code.into_iter().partition(|a| a.starts_with("ecr:"));
+    let mut shipped = policy_actions("cloud-controller-manager-policy.json")?;
+    assert!(shipped.remove("iam:CreateServiceLinkedRole"), "the ELB service-linked role");
+    let missing: Vec<_> = ccm.difference(&shipped).collect();
+    let unneeded: Vec<_> = shipped.difference(&ccm).collect();
+    assert!(
+        missing.is_empty() && unneeded.is_empty(),
+        "cloud-controller-manager-policy.json lacks {missing:?} and allows {unneeded:?} that no code calls"
+    );
+    assert_eq!(policy_actions("ecr-credential-provider-policy.json")?, node);
+    Ok(())
+}

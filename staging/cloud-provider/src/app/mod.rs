@@ -217,6 +217,46 @@ impl ProviderSpec {
         names
     }
 
+    /// Checks that every controller name and alias (the framework's and the provider's) names
+    /// one controller only, and that every command name is unique: a provider controller
+    /// called like a built-in one (`service`, `cloud-node-controller`, …) would otherwise be
+    /// started beside it under the same `--controllers` name. Called by [`run`] and [`main`]
+    /// before anything else; the error names the clash.
+    pub fn check(&self) -> Result<(), String> {
+        let mut owner: HashMap<&str, &str> = HashMap::new();
+        let mut clashes = Vec::new();
+        let mut claim = |name: &'static str, controller: &'static str| match owner.insert(name, controller) {
+            Some(previous) if previous != controller || name == controller => clashes.push(format!(
+                "{name:?} names both {previous:?} and the provider's {controller:?}"
+            )),
+            _ => {}
+        };
+        for c in &controllers::CONTROLLERS {
+            claim(c.name, c.name);
+            claim(c.legacy_name, c.name);
+            for a in c.extra_aliases {
+                claim(a, c.name);
+            }
+        }
+        for c in &self.controllers {
+            claim(c.name, c.name);
+            for a in c.aliases {
+                claim(a, c.name);
+            }
+        }
+        let mut commands = std::collections::HashSet::new();
+        for c in &self.commands {
+            if !commands.insert(c.name) {
+                clashes.push(format!("the command {:?} is given twice", c.name));
+            }
+        }
+        if clashes.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("provider {:?}: {}", self.name, clashes.join("; ")))
+        }
+    }
+
     /// Sets [`ProviderSpec::restart_on_config_change`].
     pub fn restart_on_config_change(mut self) -> Self {
         self.restart_on_config_change = true;
@@ -290,6 +330,11 @@ pub enum AppError {
     /// retried): the process exits 1 after releasing its leases, to be restarted.
     #[error("{0}")]
     ControllerFailed(String),
+    /// The [`ProviderSpec`] names a controller, alias or command twice (see
+    /// [`ProviderSpec::check`]): a mistake of the provider's code, reported before anything
+    /// starts.
+    #[error("invalid provider spec: {0}")]
+    InvalidSpec(String),
     /// The `--cloud-config` file changed (providers with
     /// [`ProviderSpec::restart_on_config_change`]); the process exits 1 to be restarted.
     #[error("the cloud config file {0} changed; exiting so that it is read again")]
@@ -455,6 +500,10 @@ pub fn init_logging(flags: &options::LoggingFlags) {
 
 /// The whole program: parse, run until a signal, and map the outcome to an exit code.
 pub fn main(spec: ProviderSpec) -> ExitCode {
+    if let Err(e) = spec.check() {
+        eprintln!("error: invalid provider spec: {e}");
+        return ExitCode::FAILURE;
+    }
     let options = match parse_from(&spec, std::env::args_os()) {
         Ok(o) => o,
         Err(e) => {
@@ -559,6 +608,7 @@ pub async fn cancel_on_signal(token: CancellationToken) {
 /// returns `Ok`) or a fatal error happens.
 pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationToken) -> Result<(), AppError> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    spec.check().map_err(AppError::InvalidSpec)?;
     let registry = controller_registry(&spec);
     let validated = options
         .validate(&registry)
@@ -823,6 +873,33 @@ mod tests {
                 .provided
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_controller_named_like_another_is_refused_before_anything_starts() {
+        assert_eq!(ProviderSpec::new("test", no_cloud()).with_controller(greeter()).check(), Ok(()));
+        let clash = |name: &'static str, aliases: &'static [&'static str]| {
+            ProviderSpec::new("test", no_cloud())
+                .with_controller(greeter())
+                .with_controller(ProviderController {
+                    name,
+                    aliases,
+                    ..greeter()
+                })
+                .check()
+                .unwrap_err()
+        };
+        assert_eq!(
+            clash("service", &[]),
+            "provider \"test\": \"service\" names both \"service-lb-controller\" and the provider's \"service\""
+        );
+        assert!(
+            clash("my-routes", &["route"]).contains("\"route\" names both \"node-route-controller\" and the provider's \"my-routes\""),
+            "{}",
+            clash("my-routes", &["route"])
+        );
+        assert!(clash("greeter", &[]).contains("\"greeter\" names both \"greeter\" and the provider's \"greeter\""));
+        assert!(clash("other", &["hello"]).contains("\"hello\" names both \"greeter\" and the provider's \"other\""));
     }
 
     #[tokio::test]
