@@ -1,7 +1,9 @@
 //! The sample out-of-tree provider (`examples/cloud-provider-sample`), built by
 //! `hack/publish-roundtrip.sh` from the staged crates *as published to a registry* (never by
 //! path), runs against a real kube-apiserver: it initialises the Nodes its inventory lists,
-//! deletes the Node whose machine leaves the inventory, and serves its own metric.
+//! gives LoadBalancer Services addresses from its pool (an exhausted pool is retried, a
+//! Service of another controller left alone), keeps working when its credentials' Secret
+//! rotates, deletes the Node whose machine leaves the inventory, and serves its own metric.
 //!
 //! CI runs the round trip before the tests; run alone, the test runs it first when the sample
 //! binary is missing or was built from other sources than the working tree's.
@@ -12,12 +14,15 @@ use anyhow::{Context, Result, ensure};
 use k8s_cloud_provider::well_known::{
     LABEL_INSTANCE_TYPE, LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE, TAINT_UNINITIALIZED,
 };
-use k8s_openapi::api::core::v1::Node;
-use kube::Api;
+use k8s_openapi::api::core::v1::{Node, Secret, Service};
+use kube::{
+    Api,
+    api::{Patch, PatchParams, PostParams},
+};
 use rcp_e2e::{
     TestCluster,
     ccm::CcmProcess,
-    k8s::{initialised, register_tainted_nodes, wait_for},
+    k8s::{events_for, initialised, load_balancer_service, register_tainted_nodes, wait_for},
     paths,
 };
 
@@ -67,13 +72,42 @@ fn label<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
     node.metadata.labels.as_ref()?.get(key).map(String::as_str)
 }
 
+fn ingress_ip(service: &Service) -> Option<String> {
+    service
+        .status
+        .as_ref()?
+        .load_balancer
+        .as_ref()?
+        .ingress
+        .as_ref()?
+        .first()?
+        .ip
+        .clone()
+}
+
+async fn put_secret(secrets: &Api<Secret>, token: &str) -> Result<()> {
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "sample-cloud", "namespace": "kube-system"},
+        "stringData": {"token": token}
+    }))?;
+    secrets
+        .patch(
+            "sample-cloud",
+            &PatchParams::apply("sample-test").force(),
+            &Patch::Apply(secret),
+        )
+        .await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sample_provider_from_the_registry_initialises_and_deletes_nodes() -> Result<()> {
     let bin = sample_binary()?;
     let cluster = TestCluster::start().await?;
     let dir = cluster.dir().to_path_buf();
     let inventory = dir.join("machines.json");
-    let machines = |with_b: bool| {
+    let machines = |with_b: bool, token: &str| {
         let mut m = vec![serde_json::json!({
             "id": "m-1", "name": "node-a", "type": "small", "zone": "zone-a", "region": "region-1",
             "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}, {"type": "Hostname", "address": "node-a"}]
@@ -84,17 +118,26 @@ async fn sample_provider_from_the_registry_initialises_and_deletes_nodes() -> Re
                 "region": "region-1", "addresses": [{"type": "InternalIP", "address": "10.0.0.2"}]}),
             );
         }
-        serde_json::to_vec(&serde_json::json!({ "machines": m }))
+        serde_json::to_vec(&serde_json::json!({ "token": token, "machines": m }))
     };
-    std::fs::write(&inventory, machines(true)?)?;
-    let cloud_config = dir.join("sample.json");
+    // The cloud's "API" takes the token of the Secret kube-system/sample-cloud.
+    let client = cluster.client().await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "kube-system");
+    // The tokens must never show in the CCM's log (checked when it stops) or in an event.
+    rcp_e2e::secrets::register("first-token");
+    rcp_e2e::secrets::register("second-token");
+    put_secret(&secrets, "first-token").await?;
+    std::fs::write(&inventory, machines(true, "first-token")?)?;
+    let cloud_config = dir.join("sample.conf");
     std::fs::write(
         &cloud_config,
-        serde_json::to_vec(&serde_json::json!({ "inventory": inventory }))?,
+        format!(
+            "[Global]\ninventory = {}\ncredentials-secret = kube-system/sample-cloud\n\n[LoadBalancer]\naddress-pool = 192.0.2.10-192.0.2.11\n",
+            inventory.display()
+        ),
     )?;
 
-    let client = cluster.client().await?;
-    let nodes: Api<Node> = Api::all(client);
+    let nodes: Api<Node> = Api::all(client.clone());
     register_tainted_nodes(&nodes, &["node-a", "node-b"], None).await?;
     let ccm = CcmProcess::start_binary(
         &bin,
@@ -105,7 +148,7 @@ async fn sample_provider_from_the_registry_initialises_and_deletes_nodes() -> Re
             "--cloud-provider=sample".into(),
             format!("--cloud-config={}", cloud_config.display()),
             "--leader-elect=false".into(),
-            "--controllers=cloud-node,cloud-node-lifecycle".into(),
+            "--controllers=cloud-node,cloud-node-lifecycle,service".into(),
             "--node-monitor-period=1s".into(),
         ],
         &[],
@@ -156,9 +199,69 @@ async fn sample_provider_from_the_registry_initialises_and_deletes_nodes() -> Re
         .context("sample_inventory_reads_total is not on /metrics")?;
     assert!(reads.trim().parse::<f64>()? >= 2.0, "reads: {reads}");
 
-    // node-b's machine leaves the cloud: the cloud-node-lifecycle controller deletes its Node,
-    // and only that one.
-    std::fs::write(&inventory, machines(false)?)?;
+    // Load balancers: two addresses for three Services; a fourth is another controller's.
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    for name in ["lb-1", "lb-2", "lb-3"] {
+        services
+            .create(&PostParams::default(), &load_balancer_service(name, &[], &[(80, "TCP")]))
+            .await?;
+        // One at a time, so that the first two get the two addresses.
+        if name != "lb-3" {
+            wait_for(&format!("{name} address"), Duration::from_secs(60), || async {
+                services.get(name).await.ok().and_then(|s| ingress_ip(&s))
+            })
+            .await
+            .with_context(|| ccm.log())?;
+        }
+    }
+    services
+        .create(
+            &PostParams::default(),
+            &load_balancer_service(
+                "lb-external",
+                &[("sample.example.com/load-balancer", "external")],
+                &[(80, "TCP")],
+            ),
+        )
+        .await?;
+    let got: Vec<Option<String>> = ingress_ips(&services, &["lb-1", "lb-2"]).await?;
+    assert_eq!(got, [Some("192.0.2.10".to_string()), Some("192.0.2.11".to_string())]);
+    // The pool is exhausted: an event says so and the service controller retries.
+    wait_for("lb-3's exhausted-pool event", Duration::from_secs(60), || async {
+        events_for(&client, "default", "lb-3").await.ok().filter(|events| {
+            events
+                .iter()
+                .any(|(reason, message, _)| reason == "SyncLoadBalancerFailed" && message.contains("is exhausted"))
+        })
+    })
+    .await
+    .with_context(|| ccm.log())?;
+    assert_eq!(ingress_ip(&services.get("lb-3").await?), None);
+    // lb-1 goes: its address goes to lb-3 at the retry.
+    services.delete("lb-1", &Default::default()).await?;
+    let lb3 = wait_for("lb-3 gets lb-1's address", Duration::from_secs(60), || async {
+        services.get("lb-3").await.ok().and_then(|s| ingress_ip(&s))
+    })
+    .await
+    .with_context(|| ccm.log())?;
+    assert_eq!(lb3, "192.0.2.10");
+    // Another controller's Service: no status, no failure event.
+    let external = services.get("lb-external").await?;
+    assert_eq!(ingress_ip(&external), None);
+    assert!(
+        !events_for(&client, "default", "lb-external")
+            .await?
+            .iter()
+            .any(|(reason, _, _)| reason == "SyncLoadBalancerFailed"),
+        "ImplementedElsewhere is no failure"
+    );
+    println!("load balancers: lb-1 192.0.2.10, lb-2 192.0.2.11, lb-3 waited and took 192.0.2.10; lb-external left alone");
+
+    // The credentials rotate (the Secret gets a new token, the cloud drops the old one), and
+    // node-b's machine leaves the cloud: the provider reads the Secret again when refused,
+    // and the cloud-node-lifecycle controller deletes node-b's Node, and only that one.
+    put_secret(&secrets, "second-token").await?;
+    std::fs::write(&inventory, machines(false, "second-token")?)?;
     wait_for("node-b deleted", Duration::from_secs(60), || async {
         nodes
             .get_opt("node-b")
@@ -169,6 +272,15 @@ async fn sample_provider_from_the_registry_initialises_and_deletes_nodes() -> Re
     .await
     .with_context(|| ccm.log())?;
     assert!(nodes.get_opt("node-a").await?.is_some(), "node-a must stay");
-    println!("node-b deleted after its machine left the inventory; node-a kept");
+    println!("credentials rotated; node-b deleted after its machine left the inventory; node-a kept");
     Ok(())
+}
+
+/// The ingress IPs of `names`, in order.
+async fn ingress_ips(services: &Api<Service>, names: &[&str]) -> Result<Vec<Option<String>>> {
+    let mut out = Vec::new();
+    for name in names {
+        out.push(ingress_ip(&services.get(name).await?));
+    }
+    Ok(out)
 }

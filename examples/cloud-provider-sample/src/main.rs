@@ -2,6 +2,9 @@
 //! provider linked in. Every flag of the Go `cloud-controller-manager` is there
 //! (`--cloud-config`, `--controllers`, `--leader-elect`, …); `--help` lists them.
 
+mod config;
+mod credentials;
+mod loadbalancer;
 mod provider;
 
 fn main() -> std::process::ExitCode {

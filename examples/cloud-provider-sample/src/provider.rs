@@ -1,24 +1,24 @@
-//! The sample provider: a cloud whose machines are listed in a JSON inventory file.
+//! The sample provider: a cloud whose machines are listed in a JSON inventory file, with
+//! load balancers from an address pool and credentials from a Secret.
 //!
-//! The `--cloud-config` file names the inventory:
-//!
-//! ```json
-//! { "inventory": "/etc/sample/machines.json" }
-//! ```
-//!
-//! and the inventory lists the machines (read again on every call, so that a machine removed
-//! from it is gone for the cloud-node-lifecycle controller):
+//! The `--cloud-config` file (gcfg, see [`crate::config`]) names the inventory, which lists
+//! the machines and is read again on every call, so that a machine removed from it is gone for
+//! the cloud-node-lifecycle controller:
 //!
 //! ```json
-//! { "machines": [ { "id": "m-1", "name": "node-a", "type": "small", "zone": "zone-a",
+//! { "token": "s3cret",
+//!   "machines": [ { "id": "m-1", "name": "node-a", "type": "small", "zone": "zone-a",
 //!                   "region": "region-1", "state": "running",
 //!                   "addresses": [ { "type": "InternalIP", "address": "10.0.0.1" } ] } ] }
 //! ```
+//!
+//! `token`, when present, is what a real cloud's API checks: the provider must present it,
+//! from the Secret named by `[Global] credentials-secret` (see [`crate::credentials`]).
 
 use std::{path::PathBuf, sync::Arc};
 
 use k8s_cloud_provider::{
-    CloudError, CloudProvider, CloudResult, InstanceMetadata, InstancesV2,
+    CloudError, CloudProvider, CloudResult, InitContext, InstanceMetadata, InstancesV2, LoadBalancer,
     app::ProviderSpec,
     async_trait,
     k8s_controller_manager::metrics::{Metrics, prometheus::IntCounter},
@@ -27,38 +27,38 @@ use k8s_cloud_provider::{
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use serde::Deserialize;
 
+use crate::{config::CloudConfig, credentials::Credentials, loadbalancer::AddressPool};
+
 /// The provider's name: `--cloud-provider=sample`, provider IDs `sample://<machine id>`.
 pub const PROVIDER_NAME: &str = "sample";
 
 /// What `cloud-controller-manager-sample` runs: the provider's name and its factory. Every
-/// controller is on by default; the cloud-node-lifecycle and cloud-node controllers are the ones
-/// with work to do here (no load balancers, no routes).
+/// controller is on by default; the node route controller has nothing to do (no `Routes`) and
+/// says so at start.
 pub fn provider_spec() -> ProviderSpec {
     ProviderSpec::new(PROVIDER_NAME, factory())
 }
 
-/// Builds the provider from the `--cloud-config` file's contents.
+/// Builds the provider from the `--cloud-config` file's contents (checked before the command
+/// connects anywhere: a bad file stops it with the line and value at fault).
 fn factory() -> Factory {
     Arc::new(|bytes: Option<Vec<u8>>| {
         Box::pin(async move {
             let bytes = bytes.ok_or(
-                "the sample provider needs --cloud-config (a JSON file naming the inventory)",
+                "the sample provider needs --cloud-config (a gcfg file naming the inventory)",
             )?;
-            let config: CloudConfig =
-                serde_json::from_slice(&bytes).map_err(|e| format!("--cloud-config: {e}"))?;
-            Ok(Arc::new(SampleCloud::new(config.inventory)) as Arc<dyn CloudProvider>)
+            let text = String::from_utf8(bytes).map_err(|_| "--cloud-config: not UTF-8 text")?;
+            let config = CloudConfig::parse(&text)?;
+            Ok(Arc::new(SampleCloud::new(config)) as Arc<dyn CloudProvider>)
         })
     })
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CloudConfig {
-    inventory: PathBuf,
-}
-
-#[derive(Deserialize)]
 struct Inventory {
+    /// The token the cloud's "API" accepts (none: no credentials needed).
+    #[serde(default)]
+    token: Option<String>,
     machines: Vec<Machine>,
 }
 
@@ -86,35 +86,59 @@ enum State {
     Stopped,
 }
 
-/// The sample cloud. Its one capability is [`InstancesV2`], which gives the zone and region
-/// too (so no `Zones`: the node controllers use only `InstancesV2` when a provider has it).
+/// The sample cloud: [`InstancesV2`] (zone and region included, so no `Zones`: the node
+/// controllers use only `InstancesV2` when a provider has it) and, with an address pool,
+/// [`LoadBalancer`].
 struct SampleCloud {
     inventory: PathBuf,
+    credentials: Credentials,
+    load_balancers: Option<AddressPool>,
     /// `sample_inventory_reads_total`: a provider's own metric, served on `/metrics`.
     reads: IntCounter,
 }
 
 impl SampleCloud {
-    fn new(inventory: PathBuf) -> Self {
+    fn new(config: CloudConfig) -> Self {
         let reads = IntCounter::new(
             "sample_inventory_reads_total",
             "Reads of the machine inventory file.",
         )
         .expect("a valid metric name");
-        Self { inventory, reads }
+        Self {
+            inventory: config.inventory,
+            credentials: Credentials::new(config.credentials_secret),
+            load_balancers: config.address_pool.map(|(first, last)| AddressPool::new(first, last)),
+            reads,
+        }
+    }
+
+    /// Reads the inventory as a cloud API call is made: without blocking the runtime's
+    /// threads (`tokio::fs`), presenting the credentials, which are read from their Secret
+    /// again once when the cloud refuses them (a rotation).
+    async fn inventory(&self) -> CloudResult<Inventory> {
+        self.reads.inc();
+        let at = || format!("inventory {}", self.inventory.display());
+        let bytes = tokio::fs::read(&self.inventory)
+            .await
+            .map_err(|e| CloudError::wrap(at(), e))?;
+        let inventory: Inventory = serde_json::from_slice(&bytes).map_err(|e| CloudError::wrap(at(), e))?;
+        if let Some(wanted) = &inventory.token {
+            let accepted = |t: Option<String>| t.as_deref() == Some(wanted.as_str());
+            if !accepted(self.credentials.token(false).await?) && !accepted(self.credentials.token(true).await?) {
+                return Err(CloudError::msg(format!(
+                    "{}: the credentials of {} are refused",
+                    at(),
+                    self.credentials.source()
+                )));
+            }
+        }
+        Ok(inventory)
     }
 
     /// The machine a Node runs on: by the ID in its provider ID when it has one, else by name.
     /// `Ok(None)` only when the inventory was read and no machine matches.
-    fn machine_of(&self, node: &Node) -> CloudResult<Option<Machine>> {
-        self.reads.inc();
-        // A small local file: a plain read (a real cloud's API call goes here).
-        let bytes = std::fs::read(&self.inventory).map_err(|e| {
-            CloudError::wrap(format_args!("inventory {}", self.inventory.display()), e)
-        })?;
-        let inventory: Inventory = serde_json::from_slice(&bytes).map_err(|e| {
-            CloudError::wrap(format_args!("inventory {}", self.inventory.display()), e)
-        })?;
+    async fn machine_of(&self, node: &Node) -> CloudResult<Option<Machine>> {
+        let inventory = self.inventory().await?;
         let name = node.metadata.name.as_deref().unwrap_or_default();
         let provider_id = node
             .spec
@@ -144,6 +168,12 @@ impl CloudProvider for SampleCloud {
         PROVIDER_NAME
     }
 
+    /// Keeps the framework's client, to read the credentials' Secret with.
+    async fn initialize(&self, ctx: InitContext) -> CloudResult<()> {
+        self.credentials.set_client(ctx.client.clone());
+        Ok(())
+    }
+
     fn register_metrics(&self, metrics: &Metrics) {
         metrics.register(Box::new(self.reads.clone()));
     }
@@ -151,23 +181,28 @@ impl CloudProvider for SampleCloud {
     fn instances_v2(&self) -> Option<&dyn InstancesV2> {
         Some(self)
     }
+
+    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        self.load_balancers.as_ref().map(|p| p as &dyn LoadBalancer)
+    }
 }
 
 #[async_trait]
 impl InstancesV2 for SampleCloud {
     /// `false` (the Node is deleted) only when the inventory was read and lists no such machine.
     async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
-        Ok(self.machine_of(node)?.is_some())
+        Ok(self.machine_of(node).await?.is_some())
     }
 
     async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
         Ok(self
-            .machine_of(node)?
+            .machine_of(node)
+            .await?
             .is_some_and(|m| m.state == State::Stopped))
     }
 
     async fn instance_metadata(&self, node: &Node) -> CloudResult<Option<InstanceMetadata>> {
-        let machine = self.machine_of(node)?.ok_or(CloudError::InstanceNotFound)?;
+        let machine = self.machine_of(node).await?.ok_or(CloudError::InstanceNotFound)?;
         Ok(Some(
             InstanceMetadata::new(format!("sample://{}", machine.id))
                 .with_instance_type(machine.instance_type)
