@@ -152,9 +152,10 @@ cp "$work/sources" "$CACHE/sample/sources"
 echo "[publish-roundtrip] sample: $(cat "$sample"/src/*.rs | wc -l) lines of Rust, $(wc -l < "$sample/Cargo.toml") of Cargo.toml; its crates from the test registry:"
 grep -B2 "source = \"registry+file://$work/rcp-test\"" "$sample/Cargo.lock" | grep -E '^(name|version)' | paste - - | sed 's/^/  /'
 
-step "the sample: cargo fmt, cargo clippy, and its boundary rules (cargo deny, its deny.toml)"
+step "the sample: cargo fmt, cargo clippy, its unit tests, its boundary rules (cargo deny, its deny.toml)"
 (cd "$sample" && cargo fmt --check && CARGO_TARGET_DIR=$target cargo clippy --quiet --bin cloud-controller-manager-sample -- -D warnings &&
-  cargo deny --offline --color never check bans) || fail "the sample is not clean (cargo fmt, cargo clippy or cargo deny)"
+  CARGO_TARGET_DIR=$target cargo test --quiet --bin cloud-controller-manager-sample &&
+  cargo deny --offline --color never check bans) || fail "the sample is not clean (cargo fmt, cargo clippy, cargo test or cargo deny)"
 
 msrv=$(sed -n '/^\[workspace.package\]/,/^\[/ s/^rust-version = "\(.*\)"$/\1/p' Cargo.toml)
 step "each published crate type-checked alone and documented as docs.rs does, with Rust $msrv (its rust-version)"

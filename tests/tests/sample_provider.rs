@@ -22,7 +22,7 @@ use kube::{
 use rcp_e2e::{
     TestCluster,
     ccm::CcmProcess,
-    k8s::{events_for, initialised, load_balancer_service, register_tainted_nodes, wait_for},
+    k8s::{events_for, ingress_ip, initialised, load_balancer_service, register_tainted_nodes, wait_for},
     paths,
 };
 
@@ -70,19 +70,6 @@ fn sample_binary() -> Result<PathBuf> {
 
 fn label<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
     node.metadata.labels.as_ref()?.get(key).map(String::as_str)
-}
-
-fn ingress_ip(service: &Service) -> Option<String> {
-    service
-        .status
-        .as_ref()?
-        .load_balancer
-        .as_ref()?
-        .ingress
-        .as_ref()?
-        .first()?
-        .ip
-        .clone()
 }
 
 async fn put_secret(secrets: &Api<Secret>, token: &str) -> Result<()> {
@@ -203,7 +190,7 @@ async fn sample_provider_from_the_registry_initialises_and_deletes_nodes() -> Re
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     for name in ["lb-1", "lb-2", "lb-3"] {
         services
-            .create(&PostParams::default(), &load_balancer_service(name, &[], &[(80, "TCP")]))
+            .create(&PostParams::default(), &load_balancer_service(name, &[], &[(80, "http")]))
             .await?;
         // One at a time, so that the first two get the two addresses.
         if name != "lb-3" {
@@ -214,16 +201,10 @@ async fn sample_provider_from_the_registry_initialises_and_deletes_nodes() -> Re
             .with_context(|| ccm.log())?;
         }
     }
-    services
-        .create(
-            &PostParams::default(),
-            &load_balancer_service(
-                "lb-external",
-                &[("sample.example.com/load-balancer", "external")],
-                &[(80, "TCP")],
-            ),
-        )
-        .await?;
+    let mut external = load_balancer_service("lb-external", &[], &[(80, "http")]);
+    external.metadata.annotations =
+        Some([("sample.example.com/load-balancer".to_string(), "external".to_string())].into());
+    services.create(&PostParams::default(), &external).await?;
     let got: Vec<Option<String>> = ingress_ips(&services, &["lb-1", "lb-2"]).await?;
     assert_eq!(got, [Some("192.0.2.10".to_string()), Some("192.0.2.11".to_string())]);
     // The pool is exhausted: an event says so and the service controller retries.
