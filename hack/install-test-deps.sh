@@ -355,6 +355,10 @@ fi
 # cold install (cargo-nextest: ~14 min with its own profile, beside the Kubernetes builds).
 CHEAP_RELEASE=(env CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
   CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=debuginfo)
+# One target directory for the four tools: a dependency they share at the same version and
+# features (tokio, serde, syn, clap, regex, …) is built once, not once per tool. Removed once
+# the last tool is installed.
+TOOLS_TARGET="$CACHE/build/cargo-tools-target"
 
 # ---------------------------------------------------------------------------------------------
 # 4b. The staged crates' declared minimum Rust (rust-version in Cargo.toml), through rustup:
@@ -380,8 +384,7 @@ if ! skipped cargo-deny; then
   else
     step cargo-deny "cargo install --locked cargo-deny $CARGO_DENY_VERSION (~5 min)"
     run_logged cargo-deny "$LOGS/cargo-deny.log" "${CHEAP_RELEASE[@]}" cargo install --locked --root "$CD_DIR" \
-      --target-dir "$CACHE/build/cargo-deny-target" cargo-deny --version "$CARGO_DENY_VERSION"
-    rm -rf "$CACHE/build/cargo-deny-target"
+      --target-dir "$TOOLS_TARGET" cargo-deny --version "$CARGO_DENY_VERSION"
     step cargo-deny "installed: $("$CD_DIR/bin/cargo-deny" --version)"
   fi
   ln -sfn "$CD_DIR/bin/cargo-deny" "$BIN/cargo-deny"
@@ -399,9 +402,8 @@ if ! skipped cargo-nextest; then
   else
     step cargo-nextest "cargo install --locked cargo-nextest $CARGO_NEXTEST_VERSION (~6 min)"
     run_logged cargo-nextest "$LOGS/cargo-nextest.log" "${CHEAP_RELEASE[@]}" cargo install --locked --root "$NT_DIR" \
-      --target-dir "$CACHE/build/cargo-nextest-target" --no-default-features --features default-no-update \
+      --target-dir "$TOOLS_TARGET" --no-default-features --features default-no-update \
       cargo-nextest --version "$CARGO_NEXTEST_VERSION"
-    rm -rf "$CACHE/build/cargo-nextest-target"
     ln -sfn "$NT_DIR/bin/cargo-nextest" "$BIN/cargo-nextest"
     step cargo-nextest "installed: $("$NT_DIR/bin/cargo-nextest" nextest --version | head -1)"
   fi
@@ -420,14 +422,14 @@ cargo_tool() {
   else
     step "$name" "cargo install --locked $crate $version (~$minutes min)"
     run_logged "$name" "$LOGS/$name.log" "${CHEAP_RELEASE[@]}" cargo install --locked --root "$dir" \
-      --target-dir "$CACHE/build/$name-target" "$crate" --version "$version"
-    rm -rf "$CACHE/build/$name-target"
+      --target-dir "$TOOLS_TARGET" "$crate" --version "$version"
     step "$name" "installed: $crate $version"
   fi
   ln -sfn "$dir/bin/$crate" "$BIN/$crate"
 }
 cargo_tool cargo-http-registry cargo-http-registry "$CARGO_HTTP_REGISTRY_VERSION" 2
 cargo_tool cargo-semver-checks cargo-semver-checks "$CARGO_SEMVER_CHECKS_VERSION" 10
+rm -rf "$TOOLS_TARGET"
 
 # ---------------------------------------------------------------------------------------------
 # 7. OpenStack (keystone, glance, placement, nova, neutron, octavia, MariaDB, RabbitMQ) from
