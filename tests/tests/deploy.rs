@@ -171,10 +171,7 @@ fn aws_actions_in_code() -> Result<std::collections::BTreeSet<String>> {
             }
             let text = std::fs::read_to_string(&path)?;
             for c in call.captures_iter(&text) {
-                let operation: String = c[2]
-                    .split('_')
-                    .map(|w| w[..1].to_uppercase() + &w[1..])
-                    .collect();
+                let operation: String = c[2].split('_').map(|w| w[..1].to_uppercase() + &w[1..]).collect();
                 let service = match &c[1] {
                     "ec2" => "ec2",
                     "elb" | "elbv2" => "elasticloadbalancing",
@@ -211,10 +208,15 @@ fn policy_actions(file: &str) -> Result<std::collections::BTreeSet<String>> {
 fn the_aws_iam_policies_allow_exactly_the_calls_the_code_makes() -> Result<()> {
     let code = aws_actions_in_code()?;
     assert!(code.len() > 40, "{code:?}");
-    let (node, ccm): (std::collections::BTreeSet<String>, std::collections::BTreeSet<String>) =
-        code.into_iter().partition(|a| a.starts_with("ecr:"));
+    let (node, ccm): (
+        std::collections::BTreeSet<String>,
+        std::collections::BTreeSet<String>,
+    ) = code.into_iter().partition(|a| a.starts_with("ecr:"));
     let mut shipped = policy_actions("cloud-controller-manager-policy.json")?;
-    assert!(shipped.remove("iam:CreateServiceLinkedRole"), "the ELB service-linked role");
+    assert!(
+        shipped.remove("iam:CreateServiceLinkedRole"),
+        "the ELB service-linked role"
+    );
     let missing: Vec<_> = ccm.difference(&shipped).collect();
     let unneeded: Vec<_> = shipped.difference(&ccm).collect();
     assert!(

@@ -190,7 +190,10 @@ async fn sample_provider_from_the_registry_initialises_and_deletes_nodes() -> Re
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     for name in ["lb-1", "lb-2", "lb-3"] {
         services
-            .create(&PostParams::default(), &load_balancer_service(name, &[], &[(80, "http")]))
+            .create(
+                &PostParams::default(),
+                &load_balancer_service(name, &[], &[(80, "http")]),
+            )
             .await?;
         // One at a time, so that the first two get the two addresses.
         if name != "lb-3" {
@@ -202,18 +205,29 @@ async fn sample_provider_from_the_registry_initialises_and_deletes_nodes() -> Re
         }
     }
     let mut external = load_balancer_service("lb-external", &[], &[(80, "http")]);
-    external.metadata.annotations =
-        Some([("sample.example.com/load-balancer".to_string(), "external".to_string())].into());
+    external.metadata.annotations = Some(
+        [(
+            "sample.example.com/load-balancer".to_string(),
+            "external".to_string(),
+        )]
+        .into(),
+    );
     services.create(&PostParams::default(), &external).await?;
     let got: Vec<Option<String>> = ingress_ips(&services, &["lb-1", "lb-2"]).await?;
-    assert_eq!(got, [Some("192.0.2.10".to_string()), Some("192.0.2.11".to_string())]);
+    assert_eq!(
+        got,
+        [Some("192.0.2.10".to_string()), Some("192.0.2.11".to_string())]
+    );
     // The pool is exhausted: an event says so and the service controller retries.
     wait_for("lb-3's exhausted-pool event", Duration::from_secs(60), || async {
-        events_for(&client, "default", "lb-3").await.ok().filter(|events| {
-            events
-                .iter()
-                .any(|(reason, message, _)| reason == "SyncLoadBalancerFailed" && message.contains("is exhausted"))
-        })
+        events_for(&client, "default", "lb-3")
+            .await
+            .ok()
+            .filter(|events| {
+                events.iter().any(|(reason, message, _)| {
+                    reason == "SyncLoadBalancerFailed" && message.contains("is exhausted")
+                })
+            })
     })
     .await
     .with_context(|| ccm.log())?;
@@ -236,7 +250,9 @@ async fn sample_provider_from_the_registry_initialises_and_deletes_nodes() -> Re
             .any(|(reason, _, _)| reason == "SyncLoadBalancerFailed"),
         "ImplementedElsewhere is no failure"
     );
-    println!("load balancers: lb-1 192.0.2.10, lb-2 192.0.2.11, lb-3 waited and took 192.0.2.10; lb-external left alone");
+    println!(
+        "load balancers: lb-1 192.0.2.10, lb-2 192.0.2.11, lb-3 waited and took 192.0.2.10; lb-external left alone"
+    );
 
     // The credentials rotate (the Secret gets a new token, the cloud drops the old one), and
     // node-b's machine leaves the cloud: the provider reads the Secret again when refused,

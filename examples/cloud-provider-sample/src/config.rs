@@ -41,11 +41,23 @@ impl CloudConfig {
         let mut address_pool = None;
         for section in &sections {
             for entry in &section.entries {
-                let at = format!("--cloud-config line {}: {} {}", entry.line, section.display_name(), entry.key);
+                let at = format!(
+                    "--cloud-config line {}: {} {}",
+                    entry.line,
+                    section.display_name(),
+                    entry.key
+                );
                 let value = entry.value.as_deref().unwrap_or("").trim();
-                match (section.name.to_ascii_lowercase().as_str(), entry.key.to_ascii_lowercase().as_str()) {
-                    ("global", "inventory") if !value.is_empty() => inventory = Some(PathBuf::from(value)),
-                    ("global", "inventory") => return Err(format!("{at}: must name the inventory file")),
+                match (
+                    section.name.to_ascii_lowercase().as_str(),
+                    entry.key.to_ascii_lowercase().as_str(),
+                ) {
+                    ("global", "inventory") if !value.is_empty() => {
+                        inventory = Some(PathBuf::from(value))
+                    }
+                    ("global", "inventory") => {
+                        return Err(format!("{at}: must name the inventory file"));
+                    }
                     ("global", "credentials-secret") => {
                         let (namespace, name) = value
                             .split_once('/')
@@ -55,11 +67,20 @@ impl CloudConfig {
                     }
                     ("loadbalancer", "address-pool") => {
                         let range = value.split_once('-').and_then(|(first, last)| {
-                            Some((first.trim().parse::<Ipv4Addr>().ok()?, last.trim().parse::<Ipv4Addr>().ok()?))
+                            Some((
+                                first.trim().parse::<Ipv4Addr>().ok()?,
+                                last.trim().parse::<Ipv4Addr>().ok()?,
+                            ))
                         });
                         match range {
-                            Some((first, last)) if first <= last => address_pool = Some((first, last)),
-                            _ => return Err(format!("{at}: {value:?} is not <first IPv4>-<last IPv4>")),
+                            Some((first, last)) if first <= last => {
+                                address_pool = Some((first, last))
+                            }
+                            _ => {
+                                return Err(format!(
+                                    "{at}: {value:?} is not <first IPv4>-<last IPv4>"
+                                ));
+                            }
                         }
                     }
                     _ => eprintln!("warning: {at}: unknown key, ignored"),
@@ -85,11 +106,31 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.inventory, PathBuf::from("m.json"));
-        assert_eq!(config.credentials_secret, Some(("kube-system".into(), "sample".into())));
-        assert_eq!(config.address_pool, Some(("192.0.2.10".parse().unwrap(), "192.0.2.11".parse().unwrap())));
-        let e = CloudConfig::parse("[Global]\ninventory = m.json\n[LoadBalancer]\naddress-pool = 10.0.0.9-10.0.0.1\n").unwrap_err();
-        assert!(e.contains("line 4") && e.contains("10.0.0.9-10.0.0.1"), "{e}");
-        assert!(CloudConfig::parse("[Global]\n").unwrap_err().contains("inventory is missing"));
-        assert!(CloudConfig::parse("[Global]\ncredentials-secret = nope\ninventory = m\n").unwrap_err().contains("\"nope\""));
+        assert_eq!(
+            config.credentials_secret,
+            Some(("kube-system".into(), "sample".into()))
+        );
+        assert_eq!(
+            config.address_pool,
+            Some(("192.0.2.10".parse().unwrap(), "192.0.2.11".parse().unwrap()))
+        );
+        let e = CloudConfig::parse(
+            "[Global]\ninventory = m.json\n[LoadBalancer]\naddress-pool = 10.0.0.9-10.0.0.1\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("line 4") && e.contains("10.0.0.9-10.0.0.1"),
+            "{e}"
+        );
+        assert!(
+            CloudConfig::parse("[Global]\n")
+                .unwrap_err()
+                .contains("inventory is missing")
+        );
+        assert!(
+            CloudConfig::parse("[Global]\ncredentials-secret = nope\ninventory = m\n")
+                .unwrap_err()
+                .contains("\"nope\"")
+        );
     }
 }

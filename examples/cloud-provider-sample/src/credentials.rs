@@ -40,9 +40,10 @@ impl Credentials {
 
     /// The Secret, for messages (`namespace/name`).
     pub fn source(&self) -> String {
-        self.secret
-            .as_ref()
-            .map_or_else(|| "none".to_string(), |(ns, name)| format!("Secret {ns}/{name}"))
+        self.secret.as_ref().map_or_else(
+            || "none".to_string(),
+            |(ns, name)| format!("Secret {ns}/{name}"),
+        )
     }
 
     /// The token: the one read before, or the Secret's current one when `fresh` (after the
@@ -55,14 +56,18 @@ impl Credentials {
         if !fresh && let Some(token) = cached.as_ref() {
             return Ok(Some(token.clone()));
         }
-        let client = self
-            .client
-            .get()
-            .ok_or_else(|| CloudError::msg("credentials: read before the provider was initialised"))?;
+        let client = self.client.get().ok_or_else(|| {
+            CloudError::msg("credentials: read before the provider was initialised")
+        })?;
         let secret = Api::<Secret>::namespaced(client.clone(), namespace)
             .get(name)
             .await
-            .map_err(|e| CloudError::wrap(format_args!("credentials: reading Secret {namespace}/{name}"), e))?;
+            .map_err(|e| {
+                CloudError::wrap(
+                    format_args!("credentials: reading Secret {namespace}/{name}"),
+                    e,
+                )
+            })?;
         let token = secret
             .data
             .and_then(|mut d| d.remove(TOKEN_KEY))

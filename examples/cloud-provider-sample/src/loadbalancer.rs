@@ -121,7 +121,11 @@ impl AddressPool {
 
 #[async_trait]
 impl LoadBalancer for AddressPool {
-    async fn get_load_balancer(&self, _cluster: &str, service: &Service) -> CloudResult<Option<LoadBalancerStatus>> {
+    async fn get_load_balancer(
+        &self,
+        _cluster: &str,
+        service: &Service,
+    ) -> CloudResult<Option<LoadBalancerStatus>> {
         Ok(self.address_of(service, false)?.map(status))
     }
 
@@ -132,7 +136,11 @@ impl LoadBalancer for AddressPool {
         _nodes: &[Arc<Node>],
     ) -> CloudResult<LoadBalancerStatus> {
         let annotations = service.metadata.annotations.as_ref();
-        if annotations.and_then(|a| a.get(CONTROLLER_ANNOTATION)).map(String::as_str) == Some("external") {
+        if annotations
+            .and_then(|a| a.get(CONTROLLER_ANNOTATION))
+            .map(String::as_str)
+            == Some("external")
+        {
             return Err(CloudError::ImplementedElsewhere);
         }
         let address = self
@@ -141,12 +149,21 @@ impl LoadBalancer for AddressPool {
         Ok(status(address))
     }
 
-    async fn update_load_balancer(&self, _cluster: &str, _service: &Service, _nodes: &[Arc<Node>]) -> CloudResult<()> {
+    async fn update_load_balancer(
+        &self,
+        _cluster: &str,
+        _service: &Service,
+        _nodes: &[Arc<Node>],
+    ) -> CloudResult<()> {
         // The sample's load balancers have no backends to program.
         Ok(())
     }
 
-    async fn ensure_load_balancer_deleted(&self, _cluster: &str, service: &Service) -> CloudResult<()> {
+    async fn ensure_load_balancer_deleted(
+        &self,
+        _cluster: &str,
+        service: &Service,
+    ) -> CloudResult<()> {
         self.held
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -18,7 +18,8 @@
 use std::{path::PathBuf, sync::Arc};
 
 use k8s_cloud_provider::{
-    CloudError, CloudProvider, CloudResult, InitContext, InstanceMetadata, InstancesV2, LoadBalancer,
+    CloudError, CloudProvider, CloudResult, InitContext, InstanceMetadata, InstancesV2,
+    LoadBalancer,
     app::ProviderSpec,
     async_trait,
     k8s_controller_manager::metrics::{Metrics, prometheus::IntCounter},
@@ -107,7 +108,9 @@ impl SampleCloud {
         Self {
             inventory: config.inventory,
             credentials: Credentials::new(config.credentials_secret),
-            load_balancers: config.address_pool.map(|(first, last)| AddressPool::new(first, last)),
+            load_balancers: config
+                .address_pool
+                .map(|(first, last)| AddressPool::new(first, last)),
             reads,
         }
     }
@@ -121,10 +124,13 @@ impl SampleCloud {
         let bytes = tokio::fs::read(&self.inventory)
             .await
             .map_err(|e| CloudError::wrap(at(), e))?;
-        let inventory: Inventory = serde_json::from_slice(&bytes).map_err(|e| CloudError::wrap(at(), e))?;
+        let inventory: Inventory =
+            serde_json::from_slice(&bytes).map_err(|e| CloudError::wrap(at(), e))?;
         if let Some(wanted) = &inventory.token {
             let accepted = |t: Option<String>| t.as_deref() == Some(wanted.as_str());
-            if !accepted(self.credentials.token(false).await?) && !accepted(self.credentials.token(true).await?) {
+            if !accepted(self.credentials.token(false).await?)
+                && !accepted(self.credentials.token(true).await?)
+            {
                 return Err(CloudError::msg(format!(
                     "{}: the credentials of {} are refused",
                     at(),
@@ -202,7 +208,10 @@ impl InstancesV2 for SampleCloud {
     }
 
     async fn instance_metadata(&self, node: &Node) -> CloudResult<Option<InstanceMetadata>> {
-        let machine = self.machine_of(node).await?.ok_or(CloudError::InstanceNotFound)?;
+        let machine = self
+            .machine_of(node)
+            .await?
+            .ok_or(CloudError::InstanceNotFound)?;
         Ok(Some(
             InstanceMetadata::new(format!("sample://{}", machine.id))
                 .with_instance_type(machine.instance_type)

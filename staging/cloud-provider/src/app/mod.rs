@@ -877,7 +877,12 @@ mod tests {
 
     #[test]
     fn a_controller_named_like_another_is_refused_before_anything_starts() {
-        assert_eq!(ProviderSpec::new("test", no_cloud()).with_controller(greeter()).check(), Ok(()));
+        assert_eq!(
+            ProviderSpec::new("test", no_cloud())
+                .with_controller(greeter())
+                .check(),
+            Ok(())
+        );
         let clash = |name: &'static str, aliases: &'static [&'static str]| {
             ProviderSpec::new("test", no_cloud())
                 .with_controller(greeter())
@@ -894,12 +899,19 @@ mod tests {
             "provider \"test\": \"service\" names both \"service-lb-controller\" and the provider's \"service\""
         );
         assert!(
-            clash("my-routes", &["route"]).contains("\"route\" names both \"node-route-controller\" and the provider's \"my-routes\""),
+            clash("my-routes", &["route"])
+                .contains("\"route\" names both \"node-route-controller\" and the provider's \"my-routes\""),
             "{}",
             clash("my-routes", &["route"])
         );
-        assert!(clash("greeter", &[]).contains("\"greeter\" names both \"greeter\" and the provider's \"greeter\""));
-        assert!(clash("other", &["hello"]).contains("\"hello\" names both \"greeter\" and the provider's \"other\""));
+        assert!(
+            clash("greeter", &[])
+                .contains("\"greeter\" names both \"greeter\" and the provider's \"greeter\"")
+        );
+        assert!(
+            clash("other", &["hello"])
+                .contains("\"hello\" names both \"greeter\" and the provider's \"other\"")
+        );
     }
 
     #[tokio::test]
