@@ -38,7 +38,8 @@ mkdir -p "$work/go-build" "$work/cargo-home"
 (cd "$work/main" && env -u CARGO_TARGET_DIR RCP_CACHE_DIR="$work/cache" GOCACHE="$work/go-build" \
   CARGO_HOME="$work/cargo-home" CI=true .ci/run) >"$work/log" 2>&1 || rc=$?
 took=$(($(date +%s) - start))
-tests=$(grep -o '[0-9]* tests run: [0-9]* passed[^,]*' "$work/log" | tail -1 || true)
+# Every nextest run's summary (the whole suite, then the oldest minor's core scenarios).
+tests=$(grep -o '[0-9]* tests\{0,1\} run: [0-9]* passed[^,]*' "$work/log" | paste -sd';' - | sed 's/;/; /g' || true)
 echo "cold CI at $commit: ${took} s ($((took / 60)) min $((took % 60)) s), exit $rc; ${tests:-no test summary}"
 # hack/test.sh prints "[test.sh] <step> (previous step N s, …)" as each step starts: one line
 # per step with its own time instead.
