@@ -8,16 +8,19 @@ use rcp_e2e::k8s::{load_balancer_service, wait_for};
 use crate::env::*;
 
 /// On a dual-stack cluster whose Node has an InternalIP of each family (nova's server on a
-/// network with an IPv4 and an IPv6 subnet), an IPv6 Service's members are the Node's IPv6
-/// address on the IPv6 member subnet, and its address is the IPv6 VIP (neutron has no IPv6
-/// floating IPs: none is made, as OCCM); an IPv4 Service beside it gets IPv4 members and a
-/// floating IP.
+/// network with an IPv4 and an IPv6 subnet), with a config that names no subnet and no
+/// floating network (as OCCM's docs advise for dual-stack): an IPv6 Service without any
+/// annotation gets its VIP and members on the IPv6 subnet (detected from the Node's port, by
+/// the Service's family), its address is the IPv6 VIP (neutron has no IPv6 floating IPs: none
+/// is made, as OCCM); an IPv4 Service beside it gets IPv4 members on the IPv4 subnet and a
+/// floating IP from the detected external network.
 #[tokio::test]
 async fn members_follow_the_services_ip_family() -> Result<()> {
     let env = env_full(
         "lb-dual",
         Setup {
             dual_stack: true,
+            detect_networks: true,
             ..Default::default()
         },
     )
@@ -39,15 +42,6 @@ async fn members_follow_the_services_ip_family() -> Result<()> {
     let v4 = internal(false).await.context("node-0's IPv4 InternalIP")?;
 
     let mut six = load_balancer_service("six", &[], &[(80, "http")]);
-    six.metadata.annotations = Some(
-        [
-            ("loadbalancer.openstack.org/subnet-id", v6_subnet.as_str()),
-            ("loadbalancer.openstack.org/member-subnet-id", v6_subnet.as_str()),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect(),
-    );
     let spec = six.spec.as_mut().context("spec")?;
     spec.ip_family_policy = Some("SingleStack".into());
     spec.ip_families = Some(vec!["IPv6".into()]);
@@ -84,6 +78,32 @@ async fn members_follow_the_services_ip_family() -> Result<()> {
     assert_eq!(six_members.len(), 1, "{six_members:?}");
     assert_eq!(six_members[0]["address"], v6.as_str());
     assert_eq!(six_members[0]["subnet_id"], v6_subnet.as_str());
+    assert_eq!(
+        env.load_balancer("six").await?["vip_subnet_id"],
+        v6_subnet.as_str(),
+        "the IPv6 VIP subnet, detected"
+    );
+    assert_eq!(
+        env.load_balancer("four").await?["vip_subnet_id"],
+        env.private.subnet_id.as_str()
+    );
+    let four_fip = env
+        .project
+        .floating_ips()
+        .await?
+        .into_iter()
+        .find(|f| {
+            f["description"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("default/four")
+        })
+        .context("four's floating IP")?;
+    assert_eq!(
+        four_fip["floating_network_id"],
+        env.public.id.as_str(),
+        "from the external network the VIP subnet's router uses"
+    );
     let four_members = members_of("four").await?;
     assert_eq!(four_members[0]["address"], v4.as_str());
     assert_eq!(four_members[0]["subnet_id"], env.private.subnet_id.as_str());

@@ -47,6 +47,8 @@ pub struct Setup<'a> {
     /// A dual-stack cluster, and an IPv6 subnet on the private network before `node-0` boots
     /// (its server then has an address of each family).
     pub dual_stack: bool,
+    /// A config without `subnet-id` and `floating-network-id`: the CCM detects them (OCCM).
+    pub detect_networks: bool,
 }
 
 pub async fn env(test: &str) -> Result<Env> {
@@ -72,6 +74,7 @@ pub async fn env_full(test: &str, setup: Setup<'_>) -> Result<Env> {
         ccm_flags: extra,
         load_balancer_lines,
         dual_stack,
+        detect_networks,
     } = setup;
     let os = OpenStack::shared().await?;
     // The API server starts while the cloud is made (each takes seconds).
@@ -127,11 +130,17 @@ pub async fn env_full(test: &str, setup: Setup<'_>) -> Result<Env> {
         Some(id) => load_balancer_lines.replace("${SECOND_FLOATING_SUBNET}", id),
         None => load_balancer_lines.to_string(),
     };
+    let networks = if detect_networks {
+        String::new()
+    } else {
+        format!(
+            "subnet-id = {}\nfloating-network-id = {}\n",
+            private.subnet_id, public.id
+        )
+    };
     let config = format!(
-        "{}[LoadBalancer]\nsubnet-id = {}\nfloating-network-id = {}\n{load_balancer_lines}",
+        "{}[LoadBalancer]\n{networks}{load_balancer_lines}",
         project.global_section(),
-        private.subnet_id,
-        public.id
     );
     let ccm = start_ccm(&cluster, &config, &format!("ccm-{test}"), extra)?;
     let client = cluster.client().await?;

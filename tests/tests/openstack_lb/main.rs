@@ -5,6 +5,7 @@
 
 mod adoption;
 mod annotations;
+mod defaults;
 mod dual_stack;
 mod env;
 mod floating_ips;

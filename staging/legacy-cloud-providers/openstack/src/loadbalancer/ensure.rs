@@ -101,7 +101,7 @@ impl OpenStackCloud {
         service: &KubeService,
         nodes: &[Arc<Node>],
     ) -> CloudResult<(LoadBalancerStatus, Vec<String>)> {
-        let opts = ServiceOptions::from_service(self, service)?;
+        let mut opts = ServiceOptions::from_service(self, service)?;
         let ports = service_ports(service)?;
         let name = load_balancer_name(cluster, service);
         let ranges = load_balancer_source_ranges(service).map_err(|e| CloudError::msg(e.to_string()))?;
@@ -120,6 +120,7 @@ impl OpenStackCloud {
             )));
         }
         let members = self.members(service, nodes, &opts)?;
+        self.detect_subnets(service, nodes, &mut opts).await?;
 
         let tags = self.octavia_supports(OctaviaFeature::Tags).await?;
         let (ServiceLoadBalancer { lb, owner }, created) = match self
@@ -243,14 +244,22 @@ impl OpenStackCloud {
                     )));
                 }
             }
-        } else if !opts.floating_network_id.is_empty() {
-            self.ensure_floating_ip(cluster, service, &lb, &opts).await?
         } else {
-            // No floating network configured: a floating IP someone put on the VIP port, else
-            // the VIP.
-            match self.floating_ip_on_port(&lb.vip_port_id).await? {
-                Some(f) => f.floating_ip_address,
-                None => lb.vip_address.clone(),
+            // No floating network configured (nor by a class or an annotation): as OCCM, an
+            // external network the project sees.
+            if opts.floating_network_id.is_empty()
+                && let Some(detected) = self.detect_floating_network(&lb).await?
+            {
+                opts.floating_network_id = detected;
+            }
+            if opts.floating_network_id.is_empty() {
+                // None: a floating IP someone put on the VIP port, else the VIP.
+                match self.floating_ip_on_port(&lb.vip_port_id).await? {
+                    Some(f) => f.floating_ip_address,
+                    None => lb.vip_address.clone(),
+                }
+            } else {
+                self.ensure_floating_ip(cluster, service, &lb, &opts).await?
             }
         };
 

@@ -30,6 +30,7 @@ use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, 
 
 use crate::OpenStackCloud;
 
+mod autodetect;
 mod delete;
 mod ensure;
 mod floating_ip;
@@ -38,6 +39,7 @@ mod listeners;
 mod octavia;
 mod options;
 
+pub use autodetect::node_address_for_subnet;
 pub(crate) use floating_ip::FloatingIp;
 pub use floating_ip::floating_ip_description;
 pub use floating_subnet::{FloatingSubnetSpec, SubnetMatcher};

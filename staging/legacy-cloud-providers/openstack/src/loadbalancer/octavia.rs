@@ -30,6 +30,9 @@ pub struct OctaviaLoadBalancer {
     /// VIP port.
     #[serde(default)]
     pub vip_port_id: String,
+    /// VIP subnet.
+    #[serde(default)]
+    pub vip_subnet_id: String,
     /// Tags (OCCM tags a load balancer with the names of the Services it serves).
     #[serde(default)]
     pub tags: Vec<String>,

@@ -339,7 +339,16 @@ impl ServiceOptions {
                 .cloned()
                 .unwrap_or_else(|| default.to_string())
         };
-        let internal = annotation_bool(service, ANNOTATION_INTERNAL, c.internal_lb)?;
+        // As OCCM: `internal-lb = true` keeps every Service internal, whatever it asks for (an
+        // annotation can make a Service internal, never expose one the cloud's admin keeps in).
+        let asked_internal = annotation_bool(service, ANNOTATION_INTERNAL, c.internal_lb)?;
+        if c.internal_lb && !asked_internal {
+            tracing::info!(
+                annotation = ANNOTATION_INTERNAL,
+                "[LoadBalancer] internal-lb = true: the Service stays internal (no floating IP) though its annotation says false"
+            );
+        }
+        let internal = c.internal_lb || asked_internal;
         let keep_client_ip = annotation_bool(service, ANNOTATION_X_FORWARDED_FOR, false)?;
         let health_monitor = annotation_bool(service, ANNOTATION_HEALTH_MONITOR, c.monitor.create)?;
         let spec = service.spec.as_ref();
@@ -434,16 +443,6 @@ impl ServiceOptions {
         if o.keep_client_ip && o.proxy_protocol.is_some() {
             return Err(CloudError::msg(format!(
                 "annotations {ANNOTATION_PROXY_PROTOCOL} and {ANNOTATION_X_FORWARDED_FOR} cannot be used together"
-            )));
-        }
-        if o.subnet_id.is_empty() && o.network_id.is_empty() && o.port_id.is_empty() {
-            return Err(CloudError::msg(format!(
-                "no VIP subnet: set [LoadBalancer] subnet-id (or network-id) or the {ANNOTATION_SUBNET_ID} annotation"
-            )));
-        }
-        if o.subnet_id.is_empty() && o.member_subnet_id.is_empty() {
-            return Err(CloudError::msg(format!(
-                "no member subnet: set [LoadBalancer] subnet-id or member-subnet-id, or the {ANNOTATION_SUBNET_ID} or {ANNOTATION_MEMBER_SUBNET_ID} annotation"
             )));
         }
         Ok(o)
