@@ -232,14 +232,18 @@ async fn a_load_balancer_service_becomes_an_octavia_load_balancer_whose_members_
         }
     }
 
-    // A plain LoadBalancer Service: the VIP (a neutron port octavia made on our subnet) in status.
+    // An internal LoadBalancer Service: the VIP (a neutron port octavia made on our subnet) in
+    // status.
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    services
-        .create(
-            &PostParams::default(),
-            &load_balancer_service("web", &[], &[(80, "http")]),
-        )
-        .await?;
+    let mut web = load_balancer_service("web", &[], &[(80, "http")]);
+    web.metadata.annotations = Some(
+        [(
+            "service.beta.kubernetes.io/openstack-internal-load-balancer".to_string(),
+            "true".to_string(),
+        )]
+        .into(),
+    );
+    services.create(&PostParams::default(), &web).await?;
     let svc = wait_for("web's ingress", T, || async {
         let s = services.get("web").await.ok()?;
         ingress_ip(&s).map(|_| s)
@@ -481,7 +485,9 @@ async fn nodes_and_a_load_balancer_converge_under_random_openstack_faults() -> R
     let net = project.network("private", "10.2.0.0/24").await?;
     let ids = project.servers("node", N, &net).await?;
     let config = format!(
-        "{}[LoadBalancer]\nsubnet-id = {}\n",
+        // No router in this project: internal load balancers (an external network detected
+        // among other projects' would not be reachable from the subnet).
+        "{}[LoadBalancer]\nsubnet-id = {}\ninternal-lb = true\n",
         project.global_section(),
         net.subnet_id
     );

@@ -33,7 +33,10 @@ use crate::error::CloudResult;
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct InitContext {
-    /// A client with the controller manager's identity (user agent `cloud-controller-manager`).
+    /// A client with the controller manager's identity (user agent `cloud-controller-manager`);
+    /// its writes are server-side dry runs under `--dry-run`. To keep annotations on Services
+    /// (such as a load balancer's ID), write them with a
+    /// [`crate::service::ServiceAnnotator`] made from it.
     pub client: Client,
     /// The shared Node cache (e.g. to map instance IDs to node names).
     pub nodes: Store<Node>,

@@ -12,3 +12,4 @@ mod floating_ips;
 mod safety;
 mod sharing;
 mod states;
+mod write_back;

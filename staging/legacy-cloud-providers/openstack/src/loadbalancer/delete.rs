@@ -4,7 +4,7 @@
 //! load balancer named through `load-balancer-id`, or a legacy `a<uid>` one, which OCCM never
 //! deletes either) only the Service's own listeners go and its tag is taken off.
 
-use k8s_cloud_provider::CloudResult;
+use k8s_cloud_provider::{CloudResult, service::AnnotationChanges};
 use k8s_openapi::api::core::v1::Service as KubeService;
 use serde_json::json;
 
@@ -91,6 +91,15 @@ impl OpenStackCloud {
             self.delete_load_balancer(&lb, self.config.load_balancer.cascade_delete)
                 .await?;
             tracing::info!(lb = %lb.id, name = %lb.name, "deleted Octavia load balancer");
+            // A Service that stays (it left `type: LoadBalancer`) keeps no ID of a load
+            // balancer that is gone (OCCM keeps it, and the Service fails when it comes back).
+            self.annotate(
+                service,
+                AnnotationChanges::new()
+                    .remove(ANNOTATION_LOAD_BALANCER_ID)
+                    .remove(ANNOTATION_LOAD_BALANCER_ADDRESS),
+            )
+            .await?;
             return Ok(());
         }
 
@@ -111,6 +120,13 @@ impl OpenStackCloud {
             )
             .await?;
         }
+        // The address is no longer the Service's; the ID stays (the load balancer does, and
+        // the Service uses it again when it comes back).
+        self.annotate(
+            service,
+            AnnotationChanges::new().remove(ANNOTATION_LOAD_BALANCER_ADDRESS),
+        )
+        .await?;
         tracing::info!(
             lb = %lb.id,
             name = %lb.name,

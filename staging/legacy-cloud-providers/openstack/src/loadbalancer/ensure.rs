@@ -6,7 +6,10 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_cloud_provider::{
     CloudError, CloudResult,
-    service::helpers::{is_allow_all, load_balancer_backends, load_balancer_source_ranges},
+    service::{
+        AnnotationChanges, ServiceAnnotator,
+        helpers::{is_allow_all, load_balancer_backends, load_balancer_source_ranges},
+    },
 };
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service as KubeService};
 use serde_json::json;
@@ -49,6 +52,26 @@ pub(super) fn service_tags(lb: &OctaviaLoadBalancer) -> impl Iterator<Item = &st
 }
 
 impl OpenStackCloud {
+    /// Writes the annotations OCCM keeps on a Service (`load-balancer-id`,
+    /// `load-balancer-address`) that it does not show yet; nothing for a Service being
+    /// deleted, or without an API-server client (a provider the framework did not initialise).
+    pub(super) async fn annotate(
+        &self,
+        service: &KubeService,
+        changes: AnnotationChanges,
+    ) -> CloudResult<()> {
+        let Some(client) = self.kube.get() else {
+            return Ok(());
+        };
+        if service.metadata.deletion_timestamp.is_some() {
+            return Ok(());
+        }
+        ServiceAnnotator::new(client.clone())
+            .apply(service, &changes)
+            .await
+            .map(|_| ())
+    }
+
     /// The Service's load balancer: the one `load-balancer-id` names (`lb_id`), else the one
     /// with its name, else the one with its legacy `a<uid>` name (as OCCM looks them up).
     pub(super) async fn service_load_balancer(
@@ -123,13 +146,28 @@ impl OpenStackCloud {
         self.detect_subnets(service, nodes, &mut opts).await?;
 
         let tags = self.octavia_supports(OctaviaFeature::Tags).await?;
-        let (ServiceLoadBalancer { lb, owner }, created) = match self
+        let mut found = self
             .service_load_balancer(cluster, service, opts.load_balancer_id.as_deref())
-            .await?
-        {
+            .await?;
+        // A `load-balancer-id` a controller manager wrote (it wrote the address beside it) for
+        // a load balancer that is gone — deleted when the Service left `type: LoadBalancer`
+        // under OCCM, which keeps the annotation (OCCM #2751) — is stale: the Service gets its
+        // own load balancer again (found by its name, or made), and the annotation is
+        // rewritten. An ID a user set alone stays an error: the Service is meant to share.
+        let stale_id = found.is_none()
+            && opts.load_balancer_id.is_some()
+            && annotation(service, ANNOTATION_LOAD_BALANCER_ADDRESS).is_some();
+        if stale_id {
+            tracing::warn!(
+                id = opts.load_balancer_id.as_deref().unwrap_or_default(),
+                "the load balancer the Service's {ANNOTATION_LOAD_BALANCER_ID} names is gone from Octavia (a stale annotation): the Service gets its own"
+            );
+            found = self.service_load_balancer(cluster, service, None).await?;
+        }
+        let (ServiceLoadBalancer { lb, owner }, created) = match found {
             Some(found) => (found, false),
             None => {
-                if let Some(id) = &opts.load_balancer_id {
+                if let Some(id) = opts.load_balancer_id.as_ref().filter(|_| !stale_id) {
                     return Err(CloudError::msg(format!(
                         "annotation {ANNOTATION_LOAD_BALANCER_ID}: Octavia has no load balancer {id}"
                     )));
@@ -165,7 +203,21 @@ impl OpenStackCloud {
                 )));
             }
         }
-        let lb = match self.wait_settled(&lb.id).await? {
+        let settled = self.wait_settled(&lb.id).await?;
+        // Whether a load balancer in ERROR never served: made by this call, or the Service
+        // shows no sign of it having served — no address in its status (the informer's copy
+        // may lag), no `load-balancer-address` annotation (written once it serves) — and it
+        // has no listener (its creating sync was cut short before them).
+        let never_served = match &settled {
+            Some(l) if l.is_error() && l.name == name && others.is_empty() => {
+                created
+                    || (!has_ingress(service)
+                        && annotation(service, ANNOTATION_LOAD_BALANCER_ADDRESS).is_none()
+                        && self.listeners_of(&l.id).await?.is_empty())
+            }
+            _ => false,
+        };
+        let lb = match settled {
             None => {
                 return Err(CloudError::msg(format!(
                     "load balancer {} ({}) disappeared",
@@ -173,15 +225,9 @@ impl OpenStackCloud {
                 )));
             }
             // As OCCM: a load balancer that went into ERROR when it was made is deleted, and
-            // made again by the retried sync. Also one found in ERROR that never served (the
-            // Service shows no address yet: its creating sync was cut short). Only one with
-            // this Service's name that no other Service uses.
-            Some(l)
-                if l.is_error()
-                    && l.name == name
-                    && others.is_empty()
-                    && (created || !has_ingress(service)) =>
-            {
+            // made again by the retried sync. Also one found in ERROR that never served (see
+            // `never_served`). Only one with this Service's name that no other Service uses.
+            Some(l) if never_served => {
                 self.delete_load_balancer(&l, self.config.load_balancer.cascade_delete)
                     .await?;
                 return Err(CloudError::msg(format!(
@@ -205,77 +251,91 @@ impl OpenStackCloud {
             }
             Some(l) => l,
         };
+        // Listeners, floating IP, tags. Whatever their outcome, the Service then gets the load
+        // balancer's ID (as OCCM, which records it before anything can fail; once the load
+        // balancer is known to stay: one in ERROR made again gets none), and the address once
+        // it serves: one merge patch, none when the Service shows both already.
+        let served: CloudResult<String> = async {
+            self.ensure_listeners(&lb, &name, owner, &ports, &opts, &allowed_cidrs, &members, tags)
+                .await?;
 
-        self.ensure_listeners(&lb, &name, owner, &ports, &opts, &allowed_cidrs, &members, tags)
-            .await?;
-
-        // Floating IP.
-        let ipv6_vip = lb
-            .vip_address
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_ipv6());
-        let address = if ipv6_vip {
-            // As OCCM: neutron has no floating IPs for IPv6; the VIP is the address.
-            if !opts.internal && !opts.floating_network_id.is_empty() {
-                tracing::info!(lb = %lb.id, vip = %lb.vip_address, "IPv6 load balancer: no floating IP, the VIP is the address");
-            }
-            lb.vip_address.clone()
-        } else if opts.internal {
-            // A floating IP made for the Service goes (detached when it is to be kept); a
-            // user's own is left alone.
-            self.release_floating_ip(
-                &lb,
-                &[floating_ip_description(cluster, service)],
-                opts.keep_floating_ip,
-                false,
-            )
-            .await?;
-            lb.vip_address.clone()
-        } else if !owner {
-            // A Service sharing another's load balancer never adds a floating IP (it could
-            // expose an internal owner): the owner's, else an error.
-            match self.floating_ip_on_port(&lb.vip_port_id).await? {
-                Some(f) => f.floating_ip_address,
-                None if opts.floating_network_id.is_empty() => lb.vip_address.clone(),
-                None => {
-                    return Err(CloudError::msg(format!(
-                        "load balancer {} shared through {ANNOTATION_LOAD_BALANCER_ID} has no floating IP, and only the Service that owns it gives it one",
-                        lb.id
-                    )));
+            // Floating IP.
+            let ipv6_vip = lb
+                .vip_address
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_ipv6());
+            let address = if ipv6_vip {
+                // As OCCM: neutron has no floating IPs for IPv6; the VIP is the address.
+                if !opts.internal && !opts.floating_network_id.is_empty() {
+                    tracing::info!(lb = %lb.id, vip = %lb.vip_address, "IPv6 load balancer: no floating IP, the VIP is the address");
                 }
-            }
-        } else {
-            // No floating network configured (nor by a class or an annotation): as OCCM, an
-            // external network the project sees.
-            if opts.floating_network_id.is_empty()
-                && let Some(detected) = self.detect_floating_network(&lb).await?
-            {
-                opts.floating_network_id = detected;
-            }
-            if opts.floating_network_id.is_empty() {
-                // None: a floating IP someone put on the VIP port, else the VIP.
+                lb.vip_address.clone()
+            } else if opts.internal {
+                // A floating IP made for the Service goes (detached when it is to be kept); a
+                // user's own is left alone.
+                self.release_floating_ip(
+                    &lb,
+                    &[floating_ip_description(cluster, service)],
+                    opts.keep_floating_ip,
+                    false,
+                )
+                .await?;
+                lb.vip_address.clone()
+            } else if !owner {
+                // A Service sharing another's load balancer never adds a floating IP (it could
+                // expose an internal owner): the owner's, else an error.
                 match self.floating_ip_on_port(&lb.vip_port_id).await? {
                     Some(f) => f.floating_ip_address,
-                    None => lb.vip_address.clone(),
+                    None if opts.floating_network_id.is_empty() => lb.vip_address.clone(),
+                    None => {
+                        return Err(CloudError::msg(format!(
+                            "load balancer {} shared through {ANNOTATION_LOAD_BALANCER_ID} has no floating IP, and only the Service that owns it gives it one",
+                            lb.id
+                        )));
+                    }
                 }
             } else {
-                self.ensure_floating_ip(cluster, service, &lb, &opts).await?
-            }
-        };
+                // No floating network configured (nor by a class or an annotation): as OCCM, an
+                // external network the project sees.
+                if opts.floating_network_id.is_empty()
+                    && let Some(detected) = self.detect_floating_network(&lb).await?
+                {
+                    opts.floating_network_id = detected;
+                }
+                if opts.floating_network_id.is_empty() {
+                    // None: a floating IP someone put on the VIP port, else the VIP.
+                    match self.floating_ip_on_port(&lb.vip_port_id).await? {
+                        Some(f) => f.floating_ip_address,
+                        None => lb.vip_address.clone(),
+                    }
+                } else {
+                    self.ensure_floating_ip(cluster, service, &lb, &opts).await?
+                }
+            };
 
-        // The load balancer carries the name of every Service that uses it (OCCM's tags).
-        if tags && !lb.tags.contains(&name) {
-            let mut all = lb.tags.clone();
-            all.push(name.clone());
-            self.lb_put(
-                &lb.id,
-                &format!("{LBAAS}/loadbalancers/{}", lb.id),
-                json!({"loadbalancer": {"tags": all}}),
-                "load balancer tags",
-            )
-            .await?;
-            tracing::info!(lb = %lb.id, service_tag = %name, "tagged the load balancer with the Service");
+            // The load balancer carries the name of every Service that uses it (OCCM's tags).
+            if tags && !lb.tags.contains(&name) {
+                let mut all = lb.tags.clone();
+                all.push(name.clone());
+                self.lb_put(
+                    &lb.id,
+                    &format!("{LBAAS}/loadbalancers/{}", lb.id),
+                    json!({"loadbalancer": {"tags": all}}),
+                    "load balancer tags",
+                )
+                .await?;
+                tracing::info!(lb = %lb.id, service_tag = %name, "tagged the load balancer with the Service");
+            }
+            Ok(address)
         }
+        .await;
+        let mut notes = AnnotationChanges::new().set(ANNOTATION_LOAD_BALANCER_ID, lb.id.clone());
+        if let Ok(address) = &served {
+            notes = notes.set(ANNOTATION_LOAD_BALANCER_ADDRESS, address.clone());
+        }
+        let annotated = self.annotate(service, notes).await;
+        let address = served?;
+        annotated?;
         Ok((
             status_for(
                 &address,

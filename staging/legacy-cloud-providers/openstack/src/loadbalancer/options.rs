@@ -58,6 +58,9 @@ pub const ANNOTATION_AVAILABILITY_ZONE: &str = "loadbalancer.openstack.org/avail
 /// `loadbalancer.openstack.org/load-balancer-id`: the Octavia load balancer this Service uses:
 /// its own (found by name otherwise) or another Service's, shared (`max-shared-lb`).
 pub const ANNOTATION_LOAD_BALANCER_ID: &str = "loadbalancer.openstack.org/load-balancer-id";
+/// `loadbalancer.openstack.org/load-balancer-address`: written (as OCCM) with the Service's
+/// address, which the status does not show when it shows the `…/hostname`.
+pub const ANNOTATION_LOAD_BALANCER_ADDRESS: &str = "loadbalancer.openstack.org/load-balancer-address";
 /// `loadbalancer.openstack.org/node-selector`: `key=value,key2` labels a Node needs to be a
 /// member (`key` alone: any value).
 pub const ANNOTATION_NODE_SELECTOR: &str = "loadbalancer.openstack.org/node-selector";
