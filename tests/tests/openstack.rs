@@ -381,7 +381,26 @@ async fn pod_routes_go_on_the_neutron_router_with_address_pairs_and_leave_with_t
     let net = project.network("private", "10.2.0.0/24").await?;
     let public = project.external_network("public", "172.25.4.0/24").await?;
     let router = project.router("edge", &public, &net).await?;
-    let ids = project.servers("node", 2, &net).await?;
+    let ids = project.servers("node", 3, &net).await?;
+    // node-2's port has port security off: neutron refuses address pairs on it (and needs none).
+    let node_2_port = project
+        .session
+        .get(&format!(
+            "{}/ports?device_id={}",
+            rcp_e2e::openstack::NEUTRON,
+            ids[2]
+        ))
+        .await?["ports"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    project
+        .session
+        .put(
+            &format!("{}/ports/{node_2_port}", rcp_e2e::openstack::NEUTRON),
+            serde_json::json!({"port": {"port_security_enabled": false, "security_groups": []}}),
+        )
+        .await?;
     let config = format!(
         "{}[LoadBalancer]\nenabled = false\n[Route]\nrouter-id = {router}\n",
         project.global_section()
@@ -397,7 +416,8 @@ async fn pod_routes_go_on_the_neutron_router_with_address_pairs_and_leave_with_t
             "--route-reconciliation-period=1s",
         ],
     )?;
-    let nodes: Api<Node> = Api::all(cluster.client().await?);
+    let nodes_client = cluster.client().await?;
+    let nodes: Api<Node> = Api::all(nodes_client.clone());
     let mut ips = Vec::new();
     for (i, id) in ids.iter().enumerate() {
         ips.push(project.server_ip(id, "private").await?);
@@ -423,14 +443,14 @@ async fn pod_routes_go_on_the_neutron_router_with_address_pairs_and_leave_with_t
                 .collect::<BTreeSet<_>>(),
         )
     };
-    let want: BTreeSet<(String, String)> = (0..2)
+    let want: BTreeSet<(String, String)> = (0..3)
         .map(|i| (format!("10.244.{}.0/24", i + 1), ips[i].clone()))
         .collect();
-    wait_for("two router routes", T, || async {
+    wait_for("three router routes", T, || async {
         routes().await.filter(|r| *r == want)
     })
     .await?;
-    for (i, id) in ids.iter().enumerate() {
+    for (i, id) in ids.iter().enumerate().take(2) {
         let want = vec![format!("10.244.{}.0/24", i + 1)];
         wait_for(
             &format!("node-{i}'s pod CIDR in its port's allowed address pairs"),
@@ -447,8 +467,35 @@ async fn pod_routes_go_on_the_neutron_router_with_address_pairs_and_leave_with_t
             serde_json::json!({"router": {"routes": [{"destination": "192.168.50.0/24", "nexthop": ips[0]}]}}),
         )
         .await?;
+    assert!(
+        project.address_pairs(&ids[2]).await?.is_empty(),
+        "no address pair on a port without port security"
+    );
+    // And its route counts as made: the Node's network is available.
+    wait_for("node-2's NetworkUnavailable=False", T, || async {
+        let n = nodes.get("node-2").await.ok()?;
+        n.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "NetworkUnavailable" && c.status == "False")
+            .then_some(())
+    })
+    .await?;
+    // Without a failed attempt first (neutron refuses address pairs on such a port: a
+    // `FailedToCreateRoute` Warning would say so; events are written within a second).
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let failures: Vec<_> = rcp_e2e::k8s::events_for(&nodes_client, "default", "node-2")
+        .await?
+        .into_iter()
+        .filter(|(reason, _, _)| reason == "FailedToCreateRoute")
+        .collect();
+    assert!(failures.is_empty(), "{failures:?}");
     nodes.delete("node-1", &DeleteParams::default()).await?;
-    let mut want_after: BTreeSet<(String, String)> = [("10.244.1.0/24".to_string(), ips[0].clone())].into();
+    let mut want_after: BTreeSet<(String, String)> = [
+        ("10.244.1.0/24".to_string(), ips[0].clone()),
+        ("10.244.3.0/24".to_string(), ips[2].clone()),
+    ]
+    .into();
     want_after.insert(("192.168.50.0/24".to_string(), ips[0].clone()));
     wait_for("node-1's route removed", T, || async {
         routes().await.filter(|r| *r == want_after)

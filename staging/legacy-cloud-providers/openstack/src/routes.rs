@@ -40,6 +40,13 @@ struct Port {
     fixed_ips: Vec<FixedIp>,
     #[serde(default)]
     allowed_address_pairs: Vec<Value>,
+    /// Absent without neutron's `port-security` extension: pairs are allowed then.
+    #[serde(default = "port_security_default")]
+    port_security_enabled: bool,
+}
+
+fn port_security_default() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -171,6 +178,12 @@ impl Routes for OpenStackCloud {
         if let Some(server) = server
             && let Some(port) = self.port_with_ip(&server, &nexthop).await?
         {
+            // As OCCM: neutron refuses address pairs on a port without port security (and such
+            // a port drops nothing for want of them), so none is added, with a log line.
+            if !port.port_security_enabled {
+                tracing::info!(port = %port.id, node = %route.target_node, destination = %route.destination_cidr, "port security is off on the node's port: no allowed address pair is needed or possible");
+                return Ok(());
+            }
             let present = port
                 .allowed_address_pairs
                 .iter()
@@ -207,7 +220,9 @@ impl Routes for OpenStackCloud {
         }
         if let Some(server) = self.server_by_name(&route.target_node).await? {
             for r in &found {
-                if let Some(port) = self.port_with_ip(&server, &r.nexthop).await? {
+                if let Some(port) = self.port_with_ip(&server, &r.nexthop).await?
+                    && port.port_security_enabled
+                {
                     let pairs: Vec<Value> = port
                         .allowed_address_pairs
                         .iter()
