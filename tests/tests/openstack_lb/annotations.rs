@@ -19,7 +19,8 @@ use crate::env::*;
 /// status's hostname; changed on the Service, each is changed in Octavia (the pool made again
 /// for a new protocol, the monitor updated in place). With `enable-ingress-hostname`, a PROXY
 /// protocol Service without the hostname annotation shows `<address>.<suffix>`, and its address
-/// once PROXY protocol is off.
+/// once PROXY protocol is off. `sessionAffinity: ClientIP` gives the pools `SOURCE_IP`
+/// persistence (OCCM), kept by a pool made again, removed in place for `None`.
 #[tokio::test]
 async fn annotations_reach_octavia_and_follow_changes() -> Result<()> {
     let env = env_full(
@@ -50,6 +51,7 @@ async fn annotations_reach_octavia_and_follow_changes() -> Result<()> {
         ])["metadata"]["annotations"]
             .clone(),
     )?;
+    svc.spec.as_mut().context("spec")?.session_affinity = Some("ClientIP".into());
     env.services.create(&PostParams::default(), &svc).await?;
     let hostname = wait_for("tuned's hostname", T, || async {
         let s = env.services.get("tuned").await.ok()?;
@@ -71,6 +73,10 @@ async fn annotations_reach_octavia_and_follow_changes() -> Result<()> {
     assert_eq!(listeners[0]["timeout_member_connect"], 4000);
     assert_eq!(pools.len(), 1, "{pools:?}");
     assert_eq!(pools[0]["protocol"], "PROXYV2");
+    assert_eq!(
+        pools[0]["session_persistence"]["type"], "SOURCE_IP",
+        "sessionAffinity: ClientIP"
+    );
     assert_eq!(monitors.len(), 1, "{monitors:?}");
     assert_eq!(monitors[0]["delay"], 10);
     assert_eq!(monitors[0]["max_retries"], 2);
@@ -148,6 +154,23 @@ async fn annotations_reach_octavia_and_follow_changes() -> Result<()> {
         fip,
         "PROXY protocol off: the address"
     );
+    assert_eq!(pools[0]["session_persistence"]["type"], "SOURCE_IP");
+
+    // sessionAffinity: None: the same pool loses its session persistence.
+    env.services
+        .patch(
+            "tuned",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"sessionAffinity": "None"}})),
+        )
+        .await?;
+    let same_pool = pools[0]["id"].clone();
+    wait_for("no session persistence", T, || async {
+        let (_, p, _) = read().await.ok()?;
+        (p.len() == 1 && p[0]["id"] == same_pool && p[0]["session_persistence"].is_null()).then_some(())
+    })
+    .await
+    .inspect_err(|_| eprintln!("{}", env.ccm.log()))?;
     env.delete_service("tuned").await?;
     Ok(())
 }

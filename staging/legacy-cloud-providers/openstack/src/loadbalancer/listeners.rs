@@ -223,12 +223,25 @@ impl OpenStackCloud {
         };
         let pool = match existing {
             Some(p) => {
+                // Algorithm and session persistence follow the Service, in one update (OCCM
+                // updates the algorithm only; a changed `sessionAffinity` is applied here too).
+                let mut update = serde_json::Map::new();
                 if p.lb_algorithm != opts.lb_method {
+                    update.insert("lb_algorithm".into(), json!(opts.lb_method));
+                }
+                if p.persistence_type() != opts.session_persistence {
+                    update.insert(
+                        "session_persistence".into(),
+                        opts.session_persistence
+                            .map_or(serde_json::Value::Null, |t| json!({"type": t})),
+                    );
+                }
+                if !update.is_empty() {
                     self.lb_put(
                         &lb.id,
                         &format!("{LBAAS}/pools/{}", p.id),
-                        json!({"pool": {"lb_algorithm": opts.lb_method}}),
-                        "pool algorithm",
+                        json!({"pool": update}),
+                        "pool algorithm and session persistence",
                     )
                     .await?;
                 }
@@ -241,6 +254,9 @@ impl OpenStackCloud {
                     "lb_algorithm": opts.lb_method,
                     "listener_id": listener.id,
                 });
+                if let Some(t) = opts.session_persistence {
+                    body["session_persistence"] = json!({"type": t});
+                }
                 if tags {
                     body["tags"] = json!([name]);
                 }

@@ -77,6 +77,16 @@ pub(super) struct Pool {
     pub(super) lb_algorithm: String,
     #[serde(default)]
     pub(super) healthmonitor_id: Option<String>,
+    /// `{"type": "SOURCE_IP", …}` or null.
+    #[serde(default)]
+    pub(super) session_persistence: Option<serde_json::Value>,
+}
+
+impl Pool {
+    /// The session persistence type, if any.
+    pub(super) fn persistence_type(&self) -> Option<&str> {
+        self.session_persistence.as_ref()?.get("type")?.as_str()
+    }
 }
 
 /// A pool member.

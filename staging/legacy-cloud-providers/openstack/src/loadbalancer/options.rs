@@ -188,6 +188,8 @@ pub struct ServiceOptions {
     pub node_selector: BTreeMap<String, String>,
     /// HTTP listeners with `X-Forwarded-For` (`x-forwarded-for`).
     pub keep_client_ip: bool,
+    /// The pools' session persistence: `SOURCE_IP` for `sessionAffinity: ClientIP` (OCCM).
+    pub session_persistence: Option<&'static str>,
     /// `externalTrafficPolicy: Local` with health monitors on: the Service's
     /// `healthCheckNodePort`, checked over HTTP (`GET /healthz`) on each member.
     pub health_check_node_port: Option<i32>,
@@ -432,6 +434,10 @@ impl ServiceOptions {
             ),
             keep_client_ip,
             health_check_node_port,
+            session_persistence: spec
+                .and_then(|s| s.session_affinity.as_deref())
+                .filter(|a| *a == "ClientIP")
+                .map(|_| "SOURCE_IP"),
             ingress_hostname_suffix: None,
         };
         let o = Self {
