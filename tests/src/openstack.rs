@@ -27,6 +27,8 @@ pub const GLANCE: &str = "http://127.0.0.1:19292/v2";
 pub const OCTAVIA: &str = "http://127.0.0.1:19876/v2";
 /// The flavor every test server uses.
 pub const FLAVOR: &str = "rcp.small";
+/// A flavor whose name is no valid label value (its ID is).
+pub const SPACED_FLAVOR: (&str, &str) = ("rcp.spaced", "rcp small (spaced)");
 
 /// A token and the HTTP client that sends it.
 #[derive(Clone)]
@@ -193,17 +195,19 @@ impl OpenStack {
     async fn ensure_flavor_and_image(&self) -> Result<()> {
         let a = &self.admin;
         let flavors = a.get(&format!("{NOVA}/flavors")).await?;
-        let has = flavors["flavors"]
-            .as_array()
-            .is_some_and(|f| f.iter().any(|f| f["name"] == FLAVOR));
-        if !has {
-            // A concurrent test may win the race: a conflict is fine.
-            let _ = a
-                .post(
-                    &format!("{NOVA}/flavors"),
-                    json!({"flavor": {"name": FLAVOR, "id": FLAVOR, "ram": 512, "vcpus": 1, "disk": 1}}),
-                )
-                .await;
+        for (id, name) in [(FLAVOR, FLAVOR), SPACED_FLAVOR] {
+            let has = flavors["flavors"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|f| f["id"] == id));
+            if !has {
+                // A concurrent test may win the race: a conflict is fine.
+                let _ = a
+                    .post(
+                        &format!("{NOVA}/flavors"),
+                        json!({"flavor": {"name": name, "id": id, "ram": 512, "vcpus": 1, "disk": 1}}),
+                    )
+                    .await;
+            }
         }
         Ok(())
     }
@@ -505,11 +509,17 @@ impl Project {
 
     /// Boots a server on `network` and waits until it is ACTIVE; returns its ID.
     pub async fn server(&self, name: &str, network: &Network) -> Result<String> {
+        self.server_with_flavor(name, network, FLAVOR).await
+    }
+
+    /// Boots a server of the flavor `flavor` (an ID) on `network` and waits until it is
+    /// ACTIVE; returns its ID.
+    pub async fn server_with_flavor(&self, name: &str, network: &Network, flavor: &str) -> Result<String> {
         let s = &self.session;
         let v = s
             .post(
                 &format!("{NOVA}/servers"),
-                json!({"server": {"name": name, "imageRef": self.image, "flavorRef": FLAVOR,
+                json!({"server": {"name": name, "imageRef": self.image, "flavorRef": flavor,
                        "networks": [{"uuid": network.id}]}}),
             )
             .await?;

@@ -18,7 +18,7 @@ use rcp_e2e::{
     TestCluster,
     fault_proxy::{Action, FaultApi, FaultKind, RandomFaults, Rule},
     k8s::{ingress_ip, initialised, load_balancer_service, set_ready, tainted_node, wait_for},
-    openstack::{FLAVOR, OpenStack, Project, start_ccm},
+    openstack::{FLAVOR, OpenStack, Project, SPACED_FLAVOR, start_ccm},
 };
 use serde_json::Value;
 
@@ -73,6 +73,28 @@ async fn nodes_come_from_nova_servers_stopped_ones_taint_deleted_ones_delete_and
         );
         set_ready(&nodes, &name, "True").await?;
     }
+
+    // A flavor whose name is no valid label value: the instance type is its ID (as OCCM), and
+    // the Node is initialised.
+    let spaced = project
+        .server_with_flavor("node-spaced", &net, SPACED_FLAVOR.0)
+        .await?;
+    nodes
+        .create(&PostParams::default(), &tainted_node("node-spaced"))
+        .await?;
+    let n = wait_for("node-spaced initialised", T, || {
+        initialised(&nodes, "node-spaced")
+    })
+    .await?;
+    assert_eq!(
+        n.spec.as_ref().and_then(|s| s.provider_id.clone()),
+        Some(format!("openstack:///{spaced}"))
+    );
+    assert_eq!(
+        label(&n, "node.kubernetes.io/instance-type").as_deref(),
+        Some(SPACED_FLAVOR.0)
+    );
+    set_ready(&nodes, "node-spaced", "True").await?;
 
     // One token served every call so far; revoked (keystone revokes a user's tokens when the
     // user is disabled), the next call re-authenticates once and goes on.

@@ -33,7 +33,7 @@ use crate::{
     error::CloudError,
     node::helpers::{
         addresses, apply_additional_labels, beta_to_ga_label_changes, desired_node_addresses, has_taint,
-        node_addresses_changed, provided_node_ips, provider_id,
+        is_valid_label_value, node_addresses_changed, provided_node_ips, provider_id,
     },
     well_known::{self, TAINT_UNINITIALIZED, events},
 };
@@ -575,8 +575,19 @@ pub fn apply_initialization(node: &mut Node, metadata: &InstanceMetadata) {
         taints.retain(|t| t.key != TAINT_UNINITIALIZED);
     }
     let labels = node.metadata.labels.get_or_insert_with(Default::default);
+    // Unlike upstream, whose Node update the API server then refuses (the Node is never
+    // initialised: OCCM #1379, an availability zone with a blank), a value that is no valid
+    // label value is left out, with a log line naming it.
     let mut set = |k: &str, v: &str| {
-        labels.insert(k.to_string(), v.to_string());
+        if is_valid_label_value(v) {
+            labels.insert(k.to_string(), v.to_string());
+        } else {
+            warn!(
+                label = k,
+                value = v,
+                "the cloud's value is not a valid label value: label not set"
+            );
+        }
     };
     if !metadata.instance_type.is_empty() {
         set(well_known::LABEL_INSTANCE_TYPE_BETA, &metadata.instance_type);
@@ -708,6 +719,43 @@ mod tests {
         ] {
             assert_eq!(labels.get(k).map(String::as_str), Some(v), "{k}");
         }
+    }
+
+    #[test]
+    fn values_that_are_no_label_values_are_left_out_and_the_node_initialised() {
+        let mut node = Node::default();
+        let md = InstanceMetadata {
+            provider_id: "fake://i-2".into(),
+            instance_type: "m1 small".into(),
+            zone: "zone one".into(),
+            region: "r1".into(),
+            additional_labels: [
+                ("example.com/ok".to_string(), "yes".to_string()),
+                ("example.com/bad".to_string(), "-starts-with-a-dash".to_string()),
+                ("example.com/long".to_string(), "x".repeat(64)),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        apply_initialization(&mut node, &md);
+        let labels = node.metadata.labels.as_ref().unwrap();
+        let keys: Vec<&str> = labels.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "example.com/ok",
+                "failure-domain.beta.kubernetes.io/region",
+                "topology.kubernetes.io/region"
+            ]
+        );
+        assert_eq!(
+            node.spec.as_ref().unwrap().provider_id.as_deref(),
+            Some("fake://i-2")
+        );
+        assert!(is_valid_label_value(""));
+        assert!(is_valid_label_value("eu-de-1a"));
+        assert!(is_valid_label_value(&"x".repeat(63)));
+        assert!(!is_valid_label_value("a."));
     }
 
     #[test]

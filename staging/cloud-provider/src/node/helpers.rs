@@ -239,6 +239,15 @@ pub fn node_addresses_changed(current: &[NodeAddress], new: &[NodeAddress]) -> b
         .any(|a| by_type.get(a.type_.as_str()) != Some(&a.address.as_str()))
 }
 
+static LABEL_VALUE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$").expect("static regex"));
+
+/// Whether `value` is a valid label value (the API server's `IsValidLabelValue`): at most 63
+/// characters, empty or alphanumerics with `-`, `_`, `.` inside.
+pub fn is_valid_label_value(value: &str) -> bool {
+    value.len() <= 63 && LABEL_VALUE.is_match(value)
+}
+
 static KUBERNETES_NAMESPACE: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(^|\.)(kubernetes|k8s)\.io/").expect("static regex"));
 
@@ -251,6 +260,11 @@ pub fn apply_additional_labels(
 ) -> Vec<String> {
     let mut skipped = Vec::new();
     for (k, v) in additional {
+        if !is_valid_label_value(v) {
+            tracing::warn!(label = %k, value = %v, "Discarding node label whose value is not a valid label value");
+            skipped.push(k.clone());
+            continue;
+        }
         if KUBERNETES_NAMESPACE.is_match(k) {
             tracing::warn!(label = %k, "Discarding node label with kubernetes namespace");
             skipped.push(k.clone());

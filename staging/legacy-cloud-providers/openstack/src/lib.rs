@@ -25,7 +25,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use async_trait::async_trait;
 use k8s_cloud_provider::{
     CloudError, CloudProvider, CloudResult, InitContext, InstanceMetadata, InstancesV2, LoadBalancer, Routes,
-    node::helpers::{node_name, provider_id},
+    node::helpers::{is_valid_label_value, node_name, provider_id},
     registry::Factory,
 };
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
@@ -260,6 +260,41 @@ impl OpenStackCloud {
         self.server_by_id(&id).await
     }
 
+    /// The server's instance type: its flavor's name when that is a valid label value, else
+    /// (as OCCM) the flavor's ID — read from nova's flavor list when the server shows only the
+    /// name (microversion 2.47+). A name no flavor has any more is returned as it is (the
+    /// framework then leaves the label out, with a log line).
+    pub async fn instance_type(&self, server: &Server) -> CloudResult<String> {
+        #[derive(serde::Deserialize)]
+        struct Flavor {
+            id: String,
+            #[serde(default)]
+            name: String,
+        }
+        let name = match (&server.flavor.original_name, &server.flavor.id) {
+            (Some(name), _) if is_valid_label_value(name) => return Ok(name.clone()),
+            (_, Some(id)) => return Ok(id.clone()),
+            (Some(name), None) => name,
+            (None, None) => return Ok(String::new()),
+        };
+        let flavors: Vec<Flavor> = self
+            .client
+            .list(Service::Compute, "/flavors", "flavors")
+            .await
+            .map_err(|e| {
+                cloud_error(
+                    format!(
+                        "listing flavors (to find the ID of flavor {name:?}, which is no valid label value)"
+                    ),
+                    e,
+                )
+            })?;
+        Ok(flavors
+            .into_iter()
+            .find(|f| f.name == *name)
+            .map_or_else(|| name.clone(), |f| f.id))
+    }
+
     /// The provider ID of a server (`openstack:///<id>`).
     pub fn provider_id(server: &Server) -> String {
         format!("{PROVIDER_NAME}:///{}", server.id)
@@ -338,11 +373,7 @@ impl InstancesV2 for OpenStackCloud {
         let Some(server) = self.server_for_node(node).await? else {
             return Err(CloudError::InstanceNotFound);
         };
-        let instance_type = match (&server.flavor.original_name, &server.flavor.id) {
-            (Some(name), _) => name.clone(),
-            (None, Some(id)) => id.clone(),
-            (None, None) => String::new(),
-        };
+        let instance_type = self.instance_type(&server).await?;
         Ok(Some(
             InstanceMetadata::new(Self::provider_id(&server))
                 .with_instance_type(instance_type)
