@@ -692,3 +692,51 @@ async fn nodes_and_a_load_balancer_converge_under_random_openstack_faults() -> R
     assert!(!ccm.log().contains(&project.password));
     Ok(())
 }
+
+/// `[Metadata] request-timeout` bounds every API request, as in OCCM: while nova hangs on
+/// server lookups, the CCM gives each up after 2 s (`request-timeout = 2s`) and asks again —
+/// several requests within 20 s, where the 60 s default would have left the first one
+/// waiting — each failure saying which setting bounded it; once nova answers the Node is
+/// initialised.
+#[tokio::test]
+async fn request_timeout_bounds_every_openstack_request() -> Result<()> {
+    let os = OpenStack::shared().await?;
+    let (cluster, project) = tokio::try_join!(TestCluster::start(), os.project("timeout"))?;
+    let net = project.network("private", "10.3.0.0/24").await?;
+    project.server("node-0", &net).await?;
+    project
+        .nova_proxy
+        .add(Rule::new(&["/servers/detail"], Action::Hang));
+    let ccm = start_ccm(
+        &cluster,
+        &format!(
+            "{}[LoadBalancer]\nenabled = false\n[Metadata]\nrequest-timeout = 2s\n",
+            project.global_section()
+        ),
+        "ccm-openstack-timeout",
+        &[],
+    )?;
+    let nodes: Api<Node> = Api::all(cluster.client().await?);
+    nodes
+        .create(&PostParams::default(), &tainted_node("node-0"))
+        .await?;
+    // The node controller's error once its lookup (sent 3 times) was given up each time.
+    wait_for(
+        "an error saying the request timeout gave the server lookup up",
+        Duration::from_secs(20),
+        || async {
+            ccm.log()
+                .contains("no answer within the request timeout ([Metadata] request-timeout")
+                .then_some(())
+        },
+    )
+    .await
+    .inspect_err(|_| eprintln!("{}", ccm.log()))?;
+    assert!(
+        project.nova_proxy.faulted() >= 3,
+        "each attempt hung and was given up"
+    );
+    project.nova_proxy.clear();
+    wait_for("node-0 initialised", T, || initialised(&nodes, "node-0")).await?;
+    Ok(())
+}

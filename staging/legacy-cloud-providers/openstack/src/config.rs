@@ -218,8 +218,9 @@ pub struct NetworkingOptions {
     pub address_sort_order: Vec<ipnet::IpNet>,
 }
 
-/// `[Metadata]` (read and checked; the controller manager asks the APIs, not the metadata
-/// service, so it does not use them).
+/// `[Metadata]`: `request-timeout` bounds every API request, as in OCCM (60 s when unset or
+/// zero); `search-order` is read and checked, unused (the controller manager asks the APIs,
+/// not the metadata service).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetadataOptions {
     /// `search-order` (`configDrive,metadataService`).

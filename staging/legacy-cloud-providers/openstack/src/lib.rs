@@ -38,8 +38,9 @@ use crate::{
 /// The provider name (`--cloud-provider openstack`, the provider ID scheme).
 pub const PROVIDER_NAME: &str = "openstack";
 
-/// How long one OpenStack API request may take.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one OpenStack API request may take unless `[Metadata] request-timeout` says
+/// otherwise (OCCM's default, which OCCM also applies to every API request).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A nova server, as far as the provider reads it.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
@@ -193,7 +194,12 @@ impl OpenStackCloud {
     /// Builds the provider (no request yet).
     pub fn new(config: OpenStackConfig) -> Result<Self, CloudError> {
         config.validate().map_err(|e| CloudError::msg(e.to_string()))?;
-        let client = OpenStackClient::new(&config.global, REQUEST_TIMEOUT)
+        let timeout = config
+            .metadata
+            .request_timeout
+            .filter(|t| !t.is_zero())
+            .unwrap_or(REQUEST_TIMEOUT);
+        let client = OpenStackClient::new(&config.global, timeout)
             .map_err(|e| CloudError::msg(format!("cloud config: {e}")))?;
         Ok(Self {
             config,

@@ -37,7 +37,7 @@ pub enum ClientError {
         message: String,
     },
     /// No answer (connection refused, timeout, TLS).
-    #[error("{method} {url}: {source}")]
+    #[error("{method} {url}: {}", describe_transport(.source))]
     Transport {
         /// Method.
         method: Method,
@@ -63,6 +63,15 @@ pub enum ClientError {
     /// A write not sent: the controller manager runs with `--dry-run` (shadow mode).
     #[error("dry run: {0} was not sent (the controller manager runs with --dry-run)")]
     DryRun(String),
+}
+
+/// A transport error as a user reads it: a timeout names the setting that bounds it.
+fn describe_transport(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        "no answer within the request timeout ([Metadata] request-timeout, 60 s by default)".to_string()
+    } else {
+        e.to_string()
+    }
 }
 
 impl ClientError {
