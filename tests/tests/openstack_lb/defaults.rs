@@ -10,7 +10,8 @@ use crate::env::*;
 /// With `internal-lb = true` a Service annotated `openstack-internal-load-balancer: "false"`
 /// stays internal (as OCCM: the cloud's admin keeps every load balancer in): its address is
 /// the VIP on the private subnet and the project has no floating IP, though the config names
-/// a floating network.
+/// a floating network. Internal Services as OCCM makes them: `spec.loadBalancerIP` is the VIP;
+/// with `allocateLoadBalancerNodePorts: false` the listener and pool have no member.
 #[tokio::test]
 async fn internal_lb_in_the_config_keeps_a_service_asking_to_be_external_internal() -> Result<()> {
     let env = env_full(
@@ -39,24 +40,60 @@ async fn internal_lb_in_the_config_keeps_a_service_asking_to_be_external_interna
     let fips = env.project.floating_ips().await?;
     assert!(fips.is_empty(), "no floating IP: {fips:?}");
     env.delete_service("outside").await?;
+
+    // spec.loadBalancerIP of an internal Service: the VIP.
+    env.service("pinned", Some("10.2.0.77")).await?;
+    assert_eq!(env.ingress("pinned").await?, "10.2.0.77");
+    assert_eq!(env.load_balancer("pinned").await?["vip_address"], "10.2.0.77");
+    env.delete_service("pinned").await?;
+
+    // allocateLoadBalancerNodePorts: false: a listener and a pool without members.
+    let mut direct = load_balancer_service("direct", &[], &[(80, "http")]);
+    direct
+        .spec
+        .as_mut()
+        .context("spec")?
+        .allocate_load_balancer_node_ports = Some(false);
+    env.services.create(&PostParams::default(), &direct).await?;
+    env.ingress("direct").await?;
+    let lb = env.load_balancer("direct").await?;
+    let objects = env.octavia_objects(lb["id"].as_str().context("id")?).await?;
+    assert_eq!(objects.listeners.len(), 1, "{:?}", objects.listeners);
+    assert_eq!(objects.listeners[0]["protocol_port"], 80);
+    assert_eq!(objects.pools.len(), 1, "{:?}", objects.pools);
+    assert!(objects.members.is_empty(), "{:?}", objects.members);
+    env.delete_service("direct").await?;
     Ok(())
 }
 
 /// With neither `subnet-id` nor `floating-network-id` in the config (OCCM detects both): the
 /// VIP and the members go on the subnet of the Node's address (read from its server's neutron
 /// port), and the floating IP comes from the external network of the VIP subnet's router
-/// (other projects' external networks, which the project also sees, are not taken). An
-/// internal Service beside it gets no floating IP.
+/// (other projects' external networks, which the project also sees, are not taken). The Node
+/// has only an ExternalIP here (`[Networking] public-network-name` names its network): as
+/// OCCM, its member takes it. An internal Service beside it gets no floating IP.
 #[tokio::test]
 async fn an_unset_subnet_and_floating_network_are_detected() -> Result<()> {
     let env = env_full(
         "lb-detect",
         Setup {
             detect_networks: true,
+            load_balancer_lines: "[Networking]\npublic-network-name = private\n",
             ..Default::default()
         },
     )
     .await?;
+    let node: k8s_openapi::api::core::v1::Node = kube::Api::all(env.client.clone()).get("node-0").await?;
+    let addresses: Vec<(String, String)> = node
+        .status
+        .and_then(|s| s.addresses)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|a| a.type_ != "Hostname")
+        .map(|a| (a.type_, a.address))
+        .collect();
+    assert_eq!(addresses.len(), 1, "{addresses:?}");
+    assert_eq!(addresses[0].0, "ExternalIP", "{addresses:?}");
     env.service("auto", None).await?;
     let mut inside = load_balancer_service("inside", &[], &[(80, "http")]);
     inside.metadata.annotations = Some(
@@ -79,6 +116,11 @@ async fn an_unset_subnet_and_floating_network_are_detected() -> Result<()> {
     assert_eq!(fips[0]["port_id"], lb["vip_port_id"]);
     let objects = env.octavia_objects(lb["id"].as_str().context("id")?).await?;
     assert_eq!(objects.members.len(), 1, "{:?}", objects.members);
+    assert_eq!(
+        objects.members[0]["address"],
+        addresses[0].1.as_str(),
+        "the ExternalIP"
+    );
     assert_eq!(objects.members[0]["subnet_id"], env.private.subnet_id.as_str());
 
     let inside_address = env.ingress("inside").await?;

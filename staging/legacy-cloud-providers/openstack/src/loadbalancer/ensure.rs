@@ -117,7 +117,7 @@ impl OpenStackCloud {
     }
 
     /// Creates or updates everything; returns the status and the backends left out for want of
-    /// an InternalIP.
+    /// an address of the Service's family.
     pub(super) async fn ensure(
         &self,
         cluster: &str,
@@ -381,6 +381,18 @@ impl OpenStackCloud {
         if !opts.availability_zone.is_empty() {
             body["availability_zone"] = json!(opts.availability_zone);
         }
+        // As OCCM: `spec.loadBalancerIP` of an internal or IPv6 Service is its VIP (of an
+        // external one, its floating IP).
+        if let Some(ip) = service
+            .spec
+            .as_ref()
+            .and_then(|s| s.load_balancer_ip.as_deref())
+            .map(str::trim)
+            .filter(|ip| !ip.is_empty())
+            && (opts.internal || service_wants_ipv6(service))
+        {
+            body["vip_address"] = json!(ip);
+        }
         let v = self
             .client
             .post(
@@ -396,7 +408,7 @@ impl OpenStackCloud {
         Ok(created)
     }
 
-    /// The members: each backend Node the node selector picks, at its first InternalIP of the
+    /// The members: each backend Node the node selector picks, at its first InternalIP (else ExternalIP, as OCCM) of the
     /// Service's primary family (a Node without one is left out, with a log). No member at all
     /// is an error, as in OCCM: the members are never wiped for it.
     fn members(
@@ -440,7 +452,7 @@ impl OpenStackCloud {
                     tracing::warn!(
                         node,
                         family,
-                        "no InternalIP of the Service's family: not a load balancer member"
+                        "no InternalIP or ExternalIP of the Service's family: not a load balancer member"
                     );
                     skipped.push(node);
                 }
@@ -448,7 +460,7 @@ impl OpenStackCloud {
         }
         if by_node.is_empty() {
             return Err(CloudError::msg(format!(
-                "no backend Node has an InternalIP of the Service's IP family ({family}): the load balancer's members are left as they are"
+                "no backend Node has an InternalIP or ExternalIP of the Service's IP family ({family}): the load balancer's members are left as they are"
             )));
         }
         Ok(Members { by_node, skipped })
@@ -459,7 +471,7 @@ impl OpenStackCloud {
 pub(super) struct Members {
     /// Node name → address.
     pub(super) by_node: BTreeMap<String, String>,
-    /// Backends left out for want of an InternalIP of the Service's family.
+    /// Backends left out for want of an address of the Service's family.
     pub(super) skipped: Vec<String>,
 }
 

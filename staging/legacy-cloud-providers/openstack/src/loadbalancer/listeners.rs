@@ -294,6 +294,7 @@ impl OpenStackCloud {
         let want: BTreeSet<MemberKey> = members
             .by_node
             .iter()
+            .filter(|_| port.node_port > 0)
             .map(|(n, ip)| {
                 (
                     n.clone(),

@@ -4,7 +4,7 @@
 //! the one `loadbalancer.openstack.org/load-balancer-id` names, possibly another Service's,
 //! shared), one listener per Service port (matched by protocol and port, named
 //! `listener_<i>_<lb>`, tagged with the Service's load balancer name), its default pool
-//! (`pool_<i>_<lb>`) with one member per backend Node (its InternalIP of the Service's IP
+//! (`pool_<i>_<lb>`) with one member per backend Node (its InternalIP, else ExternalIP, of the Service's IP
 //! family, the port's NodePort, named after the Node), an optional health monitor
 //! (`monitor_<i>_<lb>`), and for external Services a neutron floating IP on the VIP port.
 //! Octavia is asynchronous: every change waits for the load balancer to be `ACTIVE` again.
@@ -128,7 +128,7 @@ impl LoadBalancer for OpenStackCloud {
         service: &KubeService,
         nodes: &[Arc<Node>],
     ) -> CloudResult<()> {
-        // As upstream, a Node without an InternalIP is no member; a node sync that met one (a
+        // As upstream, a Node without an InternalIP or ExternalIP is no member; a node sync that met one (a
         // Node whose addresses arrive just after its provider ID) fails after applying the rest,
         // so the Service is synced again shortly, not at the next periodic node sync.
         let (_, skipped) = self.ensure(cluster, service, nodes).await?;
@@ -137,7 +137,7 @@ impl LoadBalancer for OpenStackCloud {
         }
         Err(CloudError::retry_after(
             format!(
-                "nodes without an InternalIP are not members yet: {}",
+                "nodes without an InternalIP or ExternalIP of the Service's family are not members yet: {}",
                 skipped.join(", ")
             ),
             Duration::from_secs(5),

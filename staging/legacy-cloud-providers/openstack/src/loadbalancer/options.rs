@@ -202,7 +202,7 @@ pub struct PortSpec {
     pub protocol: String,
     /// The Service port.
     pub port: i32,
-    /// The NodePort.
+    /// The NodePort (0: none, with `allocateLoadBalancerNodePorts: false`; no members).
     pub node_port: i32,
 }
 
@@ -507,6 +507,13 @@ pub fn service_ports(service: &KubeService) -> CloudResult<Vec<PortSpec>> {
     if ports.is_empty() {
         return Err(CloudError::msg("the Service has no ports"));
     }
+    // `allocateLoadBalancerNodePorts: false`: ports without a NodePort get listeners and pools
+    // without members (as OCCM; something else sends the traffic on, e.g. to Pod IPs).
+    let node_ports_allocated = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.allocate_load_balancer_node_ports)
+        != Some(false);
     ports
         .iter()
         .map(|p| {
@@ -517,10 +524,16 @@ pub fn service_ports(service: &KubeService) -> CloudResult<Vec<PortSpec>> {
                     p.name.as_deref().unwrap_or_default()
                 )));
             }
-            let node_port = p
-                .node_port
-                .filter(|n| *n > 0)
-                .ok_or_else(|| CloudError::msg(format!("spec.ports port {} has no nodePort yet", p.port)))?;
+            let node_port = match p.node_port.filter(|n| *n > 0) {
+                Some(n) => n,
+                None if !node_ports_allocated => 0,
+                None => {
+                    return Err(CloudError::msg(format!(
+                        "spec.ports port {} has no nodePort yet",
+                        p.port
+                    )));
+                }
+            };
             Ok(PortSpec {
                 protocol,
                 port: p.port,
@@ -542,20 +555,10 @@ pub fn service_wants_ipv6(service: &KubeService) -> bool {
         .is_some_and(|ip| ip.is_ipv6())
 }
 
-/// The Node's first InternalIP of the family (`ipv6`), the address its member gets.
+/// The address a Node's member gets: its first InternalIP of the family (`ipv6`), else its
+/// first ExternalIP of the family (OCCM's `nodeAddressForLB`).
 pub fn member_address(node: &k8s_openapi::api::core::v1::Node, ipv6: bool) -> Option<String> {
-    node.status
-        .as_ref()?
-        .addresses
-        .as_ref()?
-        .iter()
-        .filter(|a| a.type_ == "InternalIP")
-        .find(|a| {
-            a.address
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_ipv6() == ipv6)
-        })
-        .map(|a| a.address.clone())
+    super::node_address_for_subnet(node, ipv6)
 }
 
 #[cfg(test)]
