@@ -347,6 +347,17 @@ pub fn start_ccm(
     name: &str,
     extra: &[&str],
 ) -> Result<crate::ccm::CcmProcess> {
+    start_ccm_with_env(cluster, config, name, extra, &[])
+}
+
+/// As [`start_ccm`], with extra environment variables for the CCM.
+pub fn start_ccm_with_env(
+    cluster: &crate::TestCluster,
+    config: &str,
+    name: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Result<crate::ccm::CcmProcess> {
     let path = cluster.dir().join(format!("{name}.conf"));
     std::fs::write(&path, config)?;
     let mut args = vec![
@@ -354,12 +365,13 @@ pub fn start_ccm(
         "--leader-elect=false".to_string(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
-    crate::ccm::CcmProcess::start(
+    crate::ccm::CcmProcess::start_with_env(
         "cloud-controller-manager-openstack",
         name,
         &cluster.ccm_kubeconfig("openstack/base")?,
         cluster.dir(),
         &args,
+        env,
     )
 }
 
@@ -524,7 +536,9 @@ impl Project {
             )
             .await?;
         let id = v["server"]["id"].as_str().unwrap_or_default().to_string();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+        // nova's fake driver spawns in seconds, but one nova-compute serves every test of a
+        // run: beside the real-node cluster tests a spawn has taken more than 90 s.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
         loop {
             let srv = self.server_json(&id).await?;
             match srv["status"].as_str() {
@@ -533,7 +547,7 @@ impl Project {
                 _ => {}
             }
             if tokio::time::Instant::now() > deadline {
-                bail!("server {name} not ACTIVE after 90 s: {srv}");
+                bail!("server {name} not ACTIVE after 240 s: {srv}");
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }

@@ -13,7 +13,7 @@ use rcp_e2e::{
     TestCluster,
     ccm::CcmProcess,
     k8s::{ingress_ip, initialised, load_balancer_service, tainted_node, wait_for},
-    openstack::{NEUTRON, Network, OpenStack, Project, start_ccm},
+    openstack::{NEUTRON, Network, OpenStack, Project, start_ccm_with_env},
 };
 
 pub const T: Duration = Duration::from_secs(90);
@@ -49,6 +49,8 @@ pub struct Setup<'a> {
     pub dual_stack: bool,
     /// A config without `subnet-id` and `floating-network-id`: the CCM detects them (OCCM).
     pub detect_networks: bool,
+    /// Environment variables for the CCM.
+    pub ccm_env: &'a [(&'a str, &'a str)],
 }
 
 pub async fn env(test: &str) -> Result<Env> {
@@ -75,6 +77,7 @@ pub async fn env_full(test: &str, setup: Setup<'_>) -> Result<Env> {
         load_balancer_lines,
         dual_stack,
         detect_networks,
+        ccm_env,
     } = setup;
     let os = OpenStack::shared().await?;
     // The API server starts while the cloud is made (each takes seconds).
@@ -142,7 +145,7 @@ pub async fn env_full(test: &str, setup: Setup<'_>) -> Result<Env> {
         "{}[LoadBalancer]\n{networks}{load_balancer_lines}",
         project.global_section(),
     );
-    let ccm = start_ccm(&cluster, &config, &format!("ccm-{test}"), extra)?;
+    let ccm = start_ccm_with_env(&cluster, &config, &format!("ccm-{test}"), extra, ccm_env)?;
     let client = cluster.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
     nodes

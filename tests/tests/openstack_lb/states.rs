@@ -97,3 +97,51 @@ async fn a_load_balancer_in_error_that_never_served_is_deleted_and_made_again() 
     env.delete_service("fresh").await?;
     Ok(())
 }
+
+/// `OCCM_WAIT_LB_ACTIVE_STEPS` (OCCM's environment variable) bounds the wait for Octavia: with
+/// 3 steps (about 3.6 s) a load balancer stuck in `PENDING_UPDATE` fails the sync within
+/// seconds with an error saying how long it waited (the default, 300 s, would still be waiting
+/// when this test gives up); once Octavia has it `ACTIVE` again, the Service syncs.
+#[tokio::test]
+async fn occm_wait_lb_active_steps_bounds_the_wait_for_octavia() -> Result<()> {
+    let env = env_full(
+        "lb-wait",
+        Setup {
+            ccm_env: &[("OCCM_WAIT_LB_ACTIVE_STEPS", "3")],
+            ..Default::default()
+        },
+    )
+    .await?;
+    env.service("stuck", None).await?;
+    env.ingress("stuck").await?;
+    let lb_id = env.load_balancer("stuck").await?["id"]
+        .as_str()
+        .context("id")?
+        .to_string();
+    env.os
+        .octavia_sql(&format!(
+            "UPDATE load_balancer SET provisioning_status = 'PENDING_UPDATE' WHERE id = '{lb_id}'"
+        ))
+        .await?;
+    env.services
+        .patch(
+            "stuck",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"test.example/sync": "1"}}})),
+        )
+        .await?;
+    wait_for_event(&env.client, "default", "stuck", T, |_, message| {
+        message.contains(&format!(
+            "Octavia load balancer {lb_id} is still provisioning after 3.6 s"
+        ))
+    })
+    .await
+    .inspect_err(|_| eprintln!("{}", env.ccm.log()))?;
+    env.os
+        .octavia_sql(&format!(
+            "UPDATE load_balancer SET provisioning_status = 'ACTIVE' WHERE id = '{lb_id}'"
+        ))
+        .await?;
+    env.delete_service("stuck").await?;
+    Ok(())
+}

@@ -99,6 +99,8 @@ pub struct OpenStackCloud {
     client: Arc<OpenStackClient>,
     /// Octavia's API version `(2, minor)`, read once (features are checked against it).
     octavia_version: tokio::sync::OnceCell<(u32, u32)>,
+    /// How long to wait for Octavia to finish one change (`OCCM_WAIT_LB_ACTIVE_STEPS`).
+    lb_wait: Duration,
     /// The API server, from [`CloudProvider::initialize`]: a load balancer named for another
     /// Service is deleted only after that Service is read gone.
     kube: std::sync::OnceLock<kube::Client>,
@@ -199,12 +201,20 @@ impl OpenStackCloud {
             .request_timeout
             .filter(|t| !t.is_zero())
             .unwrap_or(REQUEST_TIMEOUT);
+        // OCCM's environment variable, read as OCCM reads it: once, at start.
+        let lb_wait = loadbalancer::provisioning_timeout(
+            std::env::var(loadbalancer::WAIT_LB_ACTIVE_STEPS_ENV)
+                .ok()
+                .as_deref(),
+        )
+        .map_err(CloudError::msg)?;
         let client = OpenStackClient::new(&config.global, timeout)
             .map_err(|e| CloudError::msg(format!("cloud config: {e}")))?;
         Ok(Self {
             config,
             client: Arc::new(client),
             octavia_version: tokio::sync::OnceCell::new(),
+            lb_wait,
             kube: std::sync::OnceLock::new(),
         })
     }

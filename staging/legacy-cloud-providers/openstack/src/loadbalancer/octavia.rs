@@ -6,7 +6,6 @@ use k8s_cloud_provider::{CloudError, CloudResult};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::options::PROVISIONING_TIMEOUT;
 use crate::{
     OpenStackCloud,
     client::{Service, query_escape},
@@ -227,7 +226,8 @@ impl OpenStackCloud {
         }
     }
 
-    /// Waits (at most [`PROVISIONING_TIMEOUT`]) until the load balancer is no longer
+    /// Waits (at most [`super::PROVISIONING_TIMEOUT`], or as `OCCM_WAIT_LB_ACTIVE_STEPS` says)
+    /// until the load balancer is no longer
     /// `PENDING_*`: `ACTIVE` or `ERROR` (returned), or gone (`None`).
     pub(super) async fn wait_settled(&self, id: &str) -> CloudResult<Option<OctaviaLoadBalancer>> {
         let start = Instant::now();
@@ -245,10 +245,11 @@ impl OpenStackCloud {
                 Err(e) if e.is_not_found() => return Ok(None),
                 Err(e) => return Err(cloud_error(format!("reading load balancer {id}"), e)),
             }
-            if start.elapsed() > PROVISIONING_TIMEOUT {
+            if start.elapsed() > self.lb_wait {
                 return Err(CloudError::retry_after(
                     format!(
-                        "Octavia load balancer {id} is still provisioning after {PROVISIONING_TIMEOUT:?}"
+                        "Octavia load balancer {id} is still provisioning after {:.1} s",
+                        self.lb_wait.as_secs_f64()
                     ),
                     Duration::from_secs(30),
                 ));

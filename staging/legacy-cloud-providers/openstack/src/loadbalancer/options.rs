@@ -79,8 +79,29 @@ pub const ANNOTATION_TLS_CONTAINER_REF: &str = "loadbalancer.openstack.org/defau
 /// `service.beta.kubernetes.io/openstack-internal-load-balancer`.
 pub const ANNOTATION_INTERNAL: &str = "service.beta.kubernetes.io/openstack-internal-load-balancer";
 
-/// How long to wait for Octavia to finish one change.
+/// How long to wait for Octavia to finish one change, unless `OCCM_WAIT_LB_ACTIVE_STEPS` says
+/// otherwise (see [`provisioning_timeout`]).
 pub const PROVISIONING_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The environment variable OCCM reads for how long to wait for a load balancer to be
+/// `ACTIVE`: a number of back-off steps (1 s, growing by 1.2 each step; OCCM's default 23 steps
+/// are about 326 s).
+pub const WAIT_LB_ACTIVE_STEPS_ENV: &str = "OCCM_WAIT_LB_ACTIVE_STEPS";
+
+/// The wait for Octavia to finish one change: with `steps` (the value of
+/// [`WAIT_LB_ACTIVE_STEPS_ENV`]) OCCM's back-off's total, `1 s × (1.2^steps − 1) / 0.2`; without,
+/// [`PROVISIONING_TIMEOUT`]. A value that is no positive whole number is an error naming it.
+pub fn provisioning_timeout(steps: Option<&str>) -> Result<Duration, String> {
+    let Some(v) = steps else {
+        return Ok(PROVISIONING_TIMEOUT);
+    };
+    match v.trim().parse::<u32>() {
+        Ok(n) if (1..=100).contains(&n) => Ok(Duration::from_secs_f64((1.2f64.powi(n as i32) - 1.0) / 0.2)),
+        _ => Err(format!(
+            "{WAIT_LB_ACTIVE_STEPS_ENV}={v:?}: not a number of steps from 1 to 100"
+        )),
+    }
+}
 
 /// Octavia and neutron names are at most 255 characters.
 pub(super) fn cut(s: String) -> String {
@@ -563,6 +584,19 @@ pub fn member_address(node: &k8s_openapi::api::core::v1::Node, ipv6: bool) -> Op
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_load_balancer_wait_follows_occms_steps() {
+        assert_eq!(provisioning_timeout(None), Ok(PROVISIONING_TIMEOUT));
+        let three = provisioning_timeout(Some("3")).unwrap();
+        assert!((three.as_secs_f64() - 3.64).abs() < 0.01, "{three:?}");
+        let default = provisioning_timeout(Some("23")).unwrap();
+        assert!((320.0..330.0).contains(&default.as_secs_f64()), "{default:?}");
+        for bad in ["0", "-1", "x", "101", ""] {
+            let e = provisioning_timeout(Some(bad)).unwrap_err();
+            assert!(e.contains("OCCM_WAIT_LB_ACTIVE_STEPS"), "{e}");
+        }
+    }
+
     use super::*;
     use k8s_openapi::{
         api::core::v1::{ServicePort, ServiceSpec},
