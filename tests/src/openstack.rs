@@ -97,9 +97,23 @@ impl Session {
         })
     }
 
-    /// GET.
+    /// GET; sent again (3 attempts) when no answer came: one API worker serves every test of a
+    /// run, and beside the real-node cluster tests octavia's has not answered within 60 s.
     pub async fn get(&self, url: &str) -> Result<Value> {
-        self.call(reqwest::Method::GET, url, None).await
+        let mut attempt = 1;
+        loop {
+            match self.call(reqwest::Method::GET, url, None).await {
+                Err(e)
+                    if attempt < 3
+                        && e.downcast_ref::<reqwest::Error>()
+                            .is_some_and(|r| r.is_timeout() || r.is_connect()) =>
+                {
+                    eprintln!("GET {url}: {e:#}; sending it again");
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// POST.
