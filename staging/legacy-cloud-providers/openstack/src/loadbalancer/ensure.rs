@@ -295,21 +295,20 @@ impl OpenStackCloud {
                     }
                 }
             } else {
-                // No floating network configured (nor by a class or an annotation): as OCCM, an
-                // external network the project sees.
-                if opts.floating_network_id.is_empty()
-                    && let Some(detected) = self.detect_floating_network(&lb).await?
-                {
-                    opts.floating_network_id = detected;
-                }
-                if opts.floating_network_id.is_empty() {
-                    // None: a floating IP someone put on the VIP port, else the VIP.
-                    match self.floating_ip_on_port(&lb.vip_port_id).await? {
-                        Some(f) => f.floating_ip_address,
-                        None => lb.vip_address.clone(),
-                    }
-                } else {
+                // The floating network configured (by `[LoadBalancer]`, a class or an
+                // annotation), else, as OCCM, an external network the project sees.
+                if !opts.floating_network_id.is_empty() {
                     self.ensure_floating_ip(cluster, service, &lb, &opts).await?
+                } else if let Some(f) = self.floating_ip_on_port(&lb.vip_port_id).await? {
+                    // The one made before (every sync after the first) or someone's: the
+                    // networks are not listed again.
+                    f.floating_ip_address
+                } else if let Some(detected) = self.detect_floating_network(&lb).await? {
+                    opts.floating_network_id = detected;
+                    self.ensure_floating_ip(cluster, service, &lb, &opts).await?
+                } else {
+                    // No external network: the VIP.
+                    lb.vip_address.clone()
                 }
             };
 
