@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # A real OpenStack (Debian bookworm's Zed packages) on 127.0.0.1 for the OpenStack provider's
-# tests: keystone, glance, placement, nova (api, conductor, scheduler, compute with the `fake`
-# virt driver), neutron (ML2 with neutron's own `test` mechanism driver, so ports bind without
+# tests: keystone, glance, placement, barbican (simple_crypto secret store), nova (api,
+# conductor, scheduler, compute with the `fake` virt driver), neutron (ML2 with neutron's own `test` mechanism driver, so ports bind without
 # agents) and octavia (api + worker with the no-op amphora, compute and network drivers, as the
-# upstream no-op test jobs run it, except that the API allocates VIPs as real neutron ports), on
-# MariaDB and RabbitMQ. Nothing runs as a system service,
+# upstream no-op test jobs run it, except that the API allocates VIPs as real neutron ports and
+# checks listeners' TLS certificates in barbican for real), on MariaDB and RabbitMQ. Nothing runs as a system service,
 # nothing is written outside the state directory, and everything listens on 127.0.0.1 only.
 #
 #   hack/openstack.sh install        apt packages (root or password-less sudo), idempotent
@@ -16,7 +16,7 @@
 # ($CACHE/openstack-zed-seed-<hash of this script>.tar), so later starts skip the schema work.
 #
 # Ports: MariaDB 13306, RabbitMQ 15672 (+15673 dist, 14369 epmd), keystone 15000, glance 19292,
-# placement 18778, nova 18774, neutron 19696, octavia 19876.
+# placement 18778, nova 18774, neutron 19696, octavia 19876, barbican 19311.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -28,12 +28,13 @@ PASS=rcp-openstack-test
 DB="mysql+pymysql://os:${PASS}@127.0.0.1:13306"
 RABBIT="rabbit://rcp:${PASS}@127.0.0.1:15672/"
 KS=http://127.0.0.1:15000
+BARBICAN_KEK=$(printf 'rcp-barbican-test-kek-0123456789' | base64)
 
 log() { printf '[openstack] %s\n' "$*" >&2; }
 die() { log "FAILED: $*"; exit 1; }
 
 PACKAGES=(keystone glance-api placement-api nova-api nova-conductor nova-scheduler python3-nova
-  neutron-server octavia-api octavia-worker mariadb-server rabbitmq-server uwsgi-core
+  neutron-server octavia-api octavia-worker barbican-api mariadb-server rabbitmq-server uwsgi-core
   uwsgi-plugin-python3 curl jq)
 
 cmd_install() {
@@ -56,7 +57,7 @@ cmd_install() {
     printf '#!/bin/sh\nexit 101\n' | $sudo tee /usr/sbin/policy-rc.d >/dev/null
     $sudo chmod +x /usr/sbin/policy-rc.d
   fi
-  for p in keystone nova neutron octavia placement glance; do
+  for p in keystone nova neutron octavia placement glance barbican; do
     echo "$p-common $p/configure_db boolean false"
   done | $sudo debconf-set-selections
   echo "keystone keystone/configure_db boolean false" | $sudo debconf-set-selections
@@ -107,7 +108,7 @@ EOF
 }
 
 write_configs() {
-  mkdir -p "$RUN"/{logs,keystone/fernet,keystone/cred,glance/images,nova/lock,neutron/lock,octavia/lock,placement,rabbit,home}
+  mkdir -p "$RUN"/{logs,keystone/fernet,keystone/cred,glance/images,nova/lock,neutron/lock,octavia/lock,placement,rabbit,home,barbican/home/.barbican}
   chmod 700 "$RUN/keystone/fernet" "$RUN/keystone/cred"
   cat >"$RUN/keystone/keystone.conf" <<EOF
 [DEFAULT]
@@ -160,6 +161,34 @@ log_file = $RUN/logs/placement.log
 auth_strategy = keystone
 [placement_database]
 connection = $DB/placement
+$(authtoken)
+EOF
+  # barbican reads ~/.barbican/barbican.conf first (oslo.config's search path; its WSGI entry
+  # takes no --config-file), so its HOME is its own directory.
+  cat >"$RUN/barbican/home/.barbican/barbican.conf" <<EOF
+[DEFAULT]
+log_file = $RUN/logs/barbican.log
+sql_connection = $DB/barbican
+host_href = http://127.0.0.1:19311
+db_auto_create = false
+[secretstore]
+namespace = barbican.secretstore.plugin
+enabled_secretstore_plugins = store_crypto
+[crypto]
+namespace = barbican.crypto.plugin
+enabled_crypto_plugins = simple_crypto
+[simple_crypto_plugin]
+# A fixed test key (the secrets of this cloud are test certificates).
+kek = $BARBICAN_KEK
+[queue]
+enable = false
+[keystone_notifications]
+enable = false
+[oslo_policy]
+policy_dirs = /etc/barbican/policy.d
+# The policies current OpenStack releases default to: a project member stores secrets (the
+# legacy rules want barbican's own creator role).
+enforce_new_defaults = true
 $(authtoken)
 EOF
   cat >"$RUN/nova/nova.conf" <<EOF
@@ -296,7 +325,10 @@ $(authtoken)
 EOF
   # The API allocates each VIP as a real neutron port (the allowed-address-pairs driver, checking
   # subnets and ports for real); the worker's plug/unplug steps stay no-ops (no amphorae here).
-  sed 's/^network_driver = network_noop_driver$/network_driver = allowed_address_pairs_driver/' \
+  # Listeners' TLS certificates are checked in barbican, as in a real cloud: the API grants its
+  # service user read access to the secret with the caller's token, then reads it.
+  sed -e 's/^network_driver = network_noop_driver$/network_driver = allowed_address_pairs_driver/' \
+    -e 's/^cert_manager = local_cert_manager$/cert_manager = barbican_cert_manager\nregion_name = RegionOne\nendpoint_type = public/' \
     "$RUN/octavia/octavia.conf" >"$RUN/octavia/octavia-api.conf"
 }
 
@@ -404,13 +436,14 @@ placement placement http://127.0.0.1:18778
 nova compute http://127.0.0.1:18774/v2.1
 neutron network http://127.0.0.1:19696
 octavia load-balancer http://127.0.0.1:19876
+barbican key-manager http://127.0.0.1:19311
 EOF
 }
 
 first_setup() {
   log "first start: creating databases and schemas (kept as a seed for later starts)"
   local d
-  for d in keystone glance placement nova_api nova nova_cell0 neutron octavia; do
+  for d in keystone glance placement nova_api nova nova_cell0 neutron octavia barbican; do
     sql "CREATE DATABASE $d CHARACTER SET utf8mb4;"
   done
   sql "CREATE USER 'os'@'127.0.0.1' IDENTIFIED BY '$PASS'; GRANT ALL ON *.* TO 'os'@'127.0.0.1'; FLUSH PRIVILEGES;"
@@ -430,6 +463,7 @@ first_setup() {
   nova-manage "${nc[@]}" db sync >>"$RUN/logs/setup.out" 2>&1 || die "nova db sync"
   neutron-db-manage --config-file "$RUN/neutron/neutron.conf" upgrade heads >>"$RUN/logs/setup.out" 2>&1 || die "neutron upgrade heads"
   octavia-db-manage --config-file "$RUN/octavia/octavia.conf" upgrade head >>"$RUN/logs/setup.out" 2>&1 || die "octavia upgrade head"
+  HOME="$RUN/barbican/home" barbican-manage db upgrade --db-url "$DB/barbican" >>"$RUN/logs/setup.out" 2>&1 || die "barbican db upgrade"
 }
 
 cmd_start() {
@@ -483,11 +517,13 @@ start_cloud() {
   spawn nova-compute $PY -c 'import sys; from nova.cmd.compute import main; sys.exit(main())' --config-file "$RUN/nova/nova.conf"
   spawn octavia-worker $PY /usr/bin/octavia-worker --config-file "$RUN/octavia/octavia.conf"
   uwsgi_app octavia 19876 /usr/bin/octavia-wsgi "--config-file $RUN/octavia/octavia-api.conf"
+  uwsgi_app barbican 19311 /usr/bin/barbican-wsgi-api "" HOME="$RUN/barbican/home"
   wait_http placement http://127.0.0.1:18778/ 60
   wait_http glance http://127.0.0.1:19292/ 60
   wait_http neutron http://127.0.0.1:19696/ 90
   wait_http nova-api http://127.0.0.1:18774/ 90
   wait_http octavia http://127.0.0.1:19876/ 60
+  wait_http barbican http://127.0.0.1:19311/ 60
   # The compute host must be mapped to cell1 before the scheduler can place servers on it.
   for ((i = 0; i < 300; i++)); do
     [[ $(sql_value "SELECT count(*) FROM nova_api.host_mappings") -gt 0 ]] && break
