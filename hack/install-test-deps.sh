@@ -432,7 +432,7 @@ cargo_tool cargo-semver-checks cargo-semver-checks "$CARGO_SEMVER_CHECKS_VERSION
 rm -rf "$TOOLS_TARGET"
 
 # ---------------------------------------------------------------------------------------------
-# 7. OpenStack (keystone, glance, placement, nova, neutron, octavia, MariaDB, RabbitMQ) from
+# 7. OpenStack (keystone, glance, placement, nova, neutron, octavia, barbican, MariaDB, RabbitMQ) from
 #    Debian's packages, for the OpenStack provider's tests; configured and run by
 #    hack/openstack.sh, never as system services.
 if ! skipped openstack; then

@@ -311,7 +311,11 @@ topic = octavia_prov
 [oslo_concurrency]
 lock_path = $RUN/octavia/lock
 [certificates]
-cert_manager = local_cert_manager
+# Listeners' TLS certificates live in barbican, as in a real cloud: the API grants its service
+# user read access with the caller's token and checks each reference; the worker reads them.
+cert_manager = barbican_cert_manager
+region_name = RegionOne
+endpoint_type = public
 cert_generator = local_cert_generator
 storage_path = $RUN/octavia/certs
 ca_certificate = $RUN/octavia/ca/ca.pem
@@ -325,10 +329,7 @@ $(authtoken)
 EOF
   # The API allocates each VIP as a real neutron port (the allowed-address-pairs driver, checking
   # subnets and ports for real); the worker's plug/unplug steps stay no-ops (no amphorae here).
-  # Listeners' TLS certificates are checked in barbican, as in a real cloud: the API grants its
-  # service user read access to the secret with the caller's token, then reads it.
-  sed -e 's/^network_driver = network_noop_driver$/network_driver = allowed_address_pairs_driver/' \
-    -e 's/^cert_manager = local_cert_manager$/cert_manager = barbican_cert_manager\nregion_name = RegionOne\nendpoint_type = public/' \
+  sed 's/^network_driver = network_noop_driver$/network_driver = allowed_address_pairs_driver/' \
     "$RUN/octavia/octavia.conf" >"$RUN/octavia/octavia-api.conf"
 }
 

@@ -25,6 +25,8 @@ pub const NEUTRON: &str = "http://127.0.0.1:19696/v2.0";
 pub const GLANCE: &str = "http://127.0.0.1:19292/v2";
 /// octavia.
 pub const OCTAVIA: &str = "http://127.0.0.1:19876/v2";
+/// barbican.
+pub const BARBICAN: &str = "http://127.0.0.1:19311/v1";
 /// The flavor every test server uses.
 pub const FLAVOR: &str = "rcp.small";
 /// A flavor whose name is no valid label value (its ID is).
@@ -299,6 +301,8 @@ impl OpenStack {
                 "load-balancer",
                 format!("http://127.0.0.1:{}", octavia_proxy.port()),
             ),
+            // Read only by the CCM (a TLS certificate's existence): no proxy.
+            ("key-manager", "http://127.0.0.1:19311".to_string()),
         ] {
             let services = a.get(&format!("{KEYSTONE}/services?type={kind}")).await?;
             let sid = services["services"][0]["id"]
@@ -424,7 +428,111 @@ pub struct Network {
     pub subnet_id: String,
 }
 
+/// A self-signed certificate for `cn` made by openssl: `(certificate PEM, key PEM, PKCS#12
+/// bundle without a password)`.
+pub fn test_certificate(cn: &str) -> Result<(String, String, Vec<u8>)> {
+    let dir = tempfile::tempdir()?;
+    let (key, cert, p12) = (
+        dir.path().join("k.pem"),
+        dir.path().join("c.pem"),
+        dir.path().join("b.p12"),
+    );
+    let run = |args: &[&std::ffi::OsStr]| -> Result<()> {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .context("running openssl")?;
+        if !out.status.success() {
+            bail!("openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(())
+    };
+    let subject = format!("/CN={cn}");
+    run(&[
+        "req".as_ref(),
+        "-x509".as_ref(),
+        "-newkey".as_ref(),
+        "rsa:2048".as_ref(),
+        "-nodes".as_ref(),
+        "-days".as_ref(),
+        "30".as_ref(),
+        "-subj".as_ref(),
+        subject.as_ref(),
+        "-keyout".as_ref(),
+        key.as_os_str(),
+        "-out".as_ref(),
+        cert.as_os_str(),
+    ])?;
+    run(&[
+        "pkcs12".as_ref(),
+        "-export".as_ref(),
+        "-inkey".as_ref(),
+        key.as_os_str(),
+        "-in".as_ref(),
+        cert.as_os_str(),
+        "-passout".as_ref(),
+        "pass:".as_ref(),
+        "-out".as_ref(),
+        p12.as_os_str(),
+    ])?;
+    Ok((
+        std::fs::read_to_string(&cert)?,
+        std::fs::read_to_string(&key)?,
+        std::fs::read(&p12)?,
+    ))
+}
+
 impl Project {
+    /// Stores a PKCS#12 bundle for `cn` in barbican as the project's user (the form Octavia
+    /// prefers, as `openstack secret store --payload-content-type application/octet-stream`);
+    /// returns its reference.
+    pub async fn tls_secret(&self, cn: &str) -> Result<String> {
+        use base64::Engine as _;
+        let (_, _, p12) = test_certificate(cn)?;
+        let v = self
+            .session
+            .post(
+                &format!("{BARBICAN}/secrets"),
+                json!({"name": cn, "secret_type": "opaque", "payload_content_type": "application/octet-stream",
+                       "payload_content_encoding": "base64",
+                       "payload": base64::engine::general_purpose::STANDARD.encode(p12)}),
+            )
+            .await?;
+        v["secret_ref"].as_str().map(str::to_string).context("secret_ref")
+    }
+
+    /// Stores a certificate container for `cn` (certificate and private-key secrets) in
+    /// barbican as the project's user; returns its reference.
+    pub async fn tls_container(&self, cn: &str) -> Result<String> {
+        let (cert, key, _) = test_certificate(cn)?;
+        let mut refs = Vec::new();
+        for (name, kind, payload) in [
+            ("certificate", "certificate", cert),
+            ("private_key", "private", key),
+        ] {
+            let v = self
+                .session
+                .post(
+                    &format!("{BARBICAN}/secrets"),
+                    json!({"name": format!("{cn}-{name}"), "secret_type": kind,
+                           "payload_content_type": "text/plain", "payload": payload}),
+                )
+                .await?;
+            refs.push(json!({"name": name, "secret_ref": v["secret_ref"]}));
+        }
+        let v = self
+            .session
+            .post(
+                &format!("{BARBICAN}/containers"),
+                json!({"name": cn, "type": "certificate", "secret_refs": refs}),
+            )
+            .await?;
+        v["container_ref"]
+            .as_str()
+            .map(str::to_string)
+            .context("container_ref")
+    }
+
     /// The `[Global]` section for this project's user and region.
     pub fn global_section(&self) -> String {
         format!(

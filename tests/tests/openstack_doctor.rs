@@ -9,7 +9,7 @@ use kube::{Api, api::PostParams};
 use rcp_e2e::{
     TestCluster,
     k8s::tainted_node,
-    openstack::{OpenStack, Project},
+    openstack::{BARBICAN, OpenStack, Project},
     paths,
 };
 
@@ -71,8 +71,9 @@ async fn doctor_passes_on_a_good_project_and_names_each_problem() -> Result<()> 
     };
 
     // A good project: no failure, every part named, nothing written.
+    let certificate = project.tls_secret("doctor.example").await?;
     let good = format!(
-        "[LoadBalancer]\nsubnet-id = {}\nfloating-network-id = {}\n",
+        "[LoadBalancer]\nsubnet-id = {}\nfloating-network-id = {}\ndefault-tls-container-ref = {certificate}\n",
         private.subnet_id, public.id
     );
     let (code, out) = doctor(&run(good)?).await?;
@@ -85,6 +86,7 @@ async fn doctor_passes_on_a_good_project_and_names_each_problem() -> Result<()> 
         "octavia",
         "[LoadBalancer] subnet-id",
         "[LoadBalancer] floating-network-id",
+        "[LoadBalancer] default-tls-container-ref",
         "[Route] router-id",
         "quota: floating IPs",
         "node node-0",
@@ -97,12 +99,12 @@ async fn doctor_passes_on_a_good_project_and_names_each_problem() -> Result<()> 
     }
     assert_eq!(writes(&project), Vec::<String>::new(), "doctor writes nothing");
 
-    // Three problems: each on its own line; the exit code is their number.
+    // Four problems: each on its own line; the exit code is their number.
     nodes
         .create(&PostParams::default(), &tainted_node("no-such-server"))
         .await?;
     let bad = format!(
-        "[LoadBalancer]\nsubnet-id = 00000000-0000-0000-0000-000000000000\nfloating-network-id = {}\n",
+        "[LoadBalancer]\nsubnet-id = 00000000-0000-0000-0000-000000000000\nfloating-network-id = {}\ndefault-tls-container-ref = {BARBICAN}/secrets/00000000-0000-4000-8000-000000000000\n",
         private.id
     );
     let (code, out) = doctor(&run(bad)?).await?;
@@ -111,13 +113,14 @@ async fn doctor_passes_on_a_good_project_and_names_each_problem() -> Result<()> 
     assert_eq!(
         failures,
         [
+            "[LoadBalancer] default-tls-container-ref",
             "[LoadBalancer] floating-network-id",
             "[LoadBalancer] subnet-id",
             "node no-such-server",
         ],
         "{out}"
     );
-    assert_eq!(code, 3, "{out}");
+    assert_eq!(code, 4, "{out}");
     assert!(out.contains("is not external"), "{out}");
     assert!(!out.contains(&project.password), "no secret in the output");
     Ok(())

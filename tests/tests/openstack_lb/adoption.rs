@@ -14,9 +14,15 @@ use crate::env::*;
 /// A load balancer named `lb_name` made for the Service `service` (already a NodePort Service)
 /// exactly as OCCM leaves one: the load balancer tagged with the Service's current load
 /// balancer name, listener `listener_0_<lb>` on port 80 and pool `pool_0_<lb>` tagged the
-/// same, `node-0` as member, and a floating IP with OCCM's description. Returns the load
+/// same, `node-0` as member, and a floating IP with OCCM's description; with a TLS
+/// certificate reference, OCCM's `TERMINATED_HTTPS` listener and HTTP pool. Returns the load
 /// balancer's ID and the floating IP's address.
-async fn occm_load_balancer(env: &Env, lb_name: &str, service: &str) -> Result<(String, String)> {
+async fn occm_load_balancer(
+    env: &Env,
+    lb_name: &str,
+    service: &str,
+    tls: Option<&str>,
+) -> Result<(String, String)> {
     let node_port = env.node_port(service).await?;
     let tag = format!("kube_service_kubernetes_default_{service}");
     let s = &env.project.session;
@@ -37,18 +43,23 @@ async fn occm_load_balancer(env: &Env, lb_name: &str, service: &str) -> Result<(
         (lbs.first()?["provisioning_status"] == "ACTIVE").then_some(())
     };
     wait_for("OCCM's load balancer active", T, active).await?;
+    let mut listener = json!({"name": format!("listener_0_{lb_name}"), "protocol": "TCP", "protocol_port": 80,
+                              "loadbalancer_id": lb_id, "connection_limit": -1, "tags": [tag]});
+    if let Some(reference) = tls {
+        listener["protocol"] = json!("TERMINATED_HTTPS");
+        listener["default_tls_container_ref"] = json!(reference);
+    }
     let listener = s
         .post(
             &format!("{OCTAVIA}/lbaas/listeners"),
-            json!({"listener": {"name": format!("listener_0_{lb_name}"), "protocol": "TCP", "protocol_port": 80,
-                   "loadbalancer_id": lb_id, "connection_limit": -1, "tags": [tag]}}),
+            json!({"listener": listener}),
         )
         .await?;
     wait_for("listener made", T, active).await?;
     let pool = s
         .post(
             &format!("{OCTAVIA}/lbaas/pools"),
-            json!({"pool": {"name": format!("pool_0_{lb_name}"), "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN",
+            json!({"pool": {"name": format!("pool_0_{lb_name}"), "protocol": if tls.is_some() { "HTTP" } else { "TCP" }, "lb_algorithm": "ROUND_ROBIN",
                    "listener_id": listener["listener"]["id"], "tags": [tag]}}),
         )
         .await?;
@@ -130,7 +141,7 @@ async fn a_load_balancer_made_by_occm_is_adopted_without_a_write() -> Result<()>
     let env = env("lb-adopt").await?;
     node_port_service(&env, "adopt").await?;
     let name = "kube_service_kubernetes_default_adopt";
-    let (lb_id, address) = occm_load_balancer(&env, name, "adopt").await?;
+    let (lb_id, address) = occm_load_balancer(&env, name, "adopt", None).await?;
     let (ingress, seen) = take_over(&env, "adopt").await?;
     assert_eq!(ingress, address, "OCCM's floating IP");
     assert!(writes(&seen).is_empty(), "adoption wrote: {seen:?}");
@@ -160,7 +171,7 @@ async fn a_load_balancer_under_the_legacy_name_is_adopted_and_never_deleted() ->
     let uid = env.services.get("old").await?.metadata.uid.context("uid")?;
     let mut legacy = format!("a{}", uid.replace('-', ""));
     legacy.truncate(32);
-    let (lb_id, address) = occm_load_balancer(&env, &legacy, "old").await?;
+    let (lb_id, address) = occm_load_balancer(&env, &legacy, "old", None).await?;
     let (ingress, seen) = take_over(&env, "old").await?;
     assert_eq!(ingress, address, "the legacy load balancer's floating IP");
     assert!(writes(&seen).is_empty(), "adoption wrote: {seen:?}");
@@ -194,5 +205,35 @@ async fn a_load_balancer_under_the_legacy_name_is_adopted_and_never_deleted() ->
         env.has_floating_ip(&address).await?,
         "its floating IP is kept with it"
     );
+    Ok(())
+}
+
+/// OCCM's TLS-terminating load balancer (`[LoadBalancer] default-tls-container-ref`, a
+/// `TERMINATED_HTTPS` listener with the certificate and an HTTP pool) is adopted with zero
+/// writes over two syncs: before TLS termination was built, the take-over replaced the listener
+/// with a plain TCP one, and the backends suddenly received TLS.
+#[tokio::test]
+async fn an_occm_tls_terminating_load_balancer_is_adopted_without_a_write() -> Result<()> {
+    let env = env_full(
+        "lb-adopt-tls",
+        Setup {
+            load_balancer_lines: "default-tls-container-ref = ${TLS_SECRET}\n",
+            ..Default::default()
+        },
+    )
+    .await?;
+    let certificate = env.tls_secret.clone().context("the config's certificate")?;
+    node_port_service(&env, "secure").await?;
+    let name = "kube_service_kubernetes_default_secure";
+    let (lb_id, address) = occm_load_balancer(&env, name, "secure", Some(&certificate)).await?;
+    let (ingress, seen) = take_over(&env, "secure").await?;
+    assert_eq!(ingress, address, "OCCM's floating IP");
+    assert!(writes(&seen).is_empty(), "adoption wrote: {seen:?}");
+    let o = env.octavia_objects(&lb_id).await?;
+    assert_eq!(o.listeners.len(), 1, "{:?}", o.listeners);
+    assert_eq!(o.listeners[0]["protocol"], "TERMINATED_HTTPS");
+    assert_eq!(o.listeners[0]["default_tls_container_ref"], certificate.as_str());
+    assert_eq!(o.pools[0]["protocol"], "HTTP");
+    env.delete_service("secure").await?;
     Ok(())
 }

@@ -33,6 +33,8 @@ pub struct Env {
     pub private_v6_subnet: Option<String>,
     /// The external network's second subnet (`172.24.9.0/24`), when the config names it.
     pub public_second_subnet: Option<String>,
+    /// The barbican secret (a PKCS#12 certificate) the config names, when it names one.
+    pub tls_secret: Option<String>,
 }
 
 /// What an [`Env`] is made with beyond the defaults.
@@ -42,7 +44,8 @@ pub struct Setup<'a> {
     pub ccm_flags: &'a [&'a str],
     /// Lines added to the config's `[LoadBalancer]` (and sections after it);
     /// `${SECOND_FLOATING_SUBNET}` in them stands for a second subnet of the external network
-    /// (172.24.9.0/24), made for them.
+    /// (172.24.9.0/24), made for them; `${TLS_SECRET}` for the reference of a certificate
+    /// stored in barbican by the project's user ([`Env::tls_secret`]).
     pub load_balancer_lines: &'a str,
     /// A dual-stack cluster, and an IPv6 subnet on the private network before `node-0` boots
     /// (its server then has an address of each family).
@@ -129,9 +132,17 @@ pub async fn env_full(test: &str, setup: Setup<'_>) -> Result<Env> {
     };
     let (cluster, (project, private, private_v6_subnet, public, public_second_subnet)) =
         tokio::try_join!(cluster, cloud)?;
-    let load_balancer_lines = match &public_second_subnet {
+    let mut load_balancer_lines = match &public_second_subnet {
         Some(id) => load_balancer_lines.replace("${SECOND_FLOATING_SUBNET}", id),
         None => load_balancer_lines.to_string(),
+    };
+    // A certificate in barbican, for configs that name one.
+    let tls_secret = if load_balancer_lines.contains("${TLS_SECRET}") {
+        let reference = project.tls_secret("config.example").await?;
+        load_balancer_lines = load_balancer_lines.replace("${TLS_SECRET}", &reference);
+        Some(reference)
+    } else {
+        None
     };
     let networks = if detect_networks {
         String::new()
@@ -165,6 +176,7 @@ pub async fn env_full(test: &str, setup: Setup<'_>) -> Result<Env> {
         ccm,
         private_v6_subnet,
         public_second_subnet,
+        tls_secret,
     })
 }
 

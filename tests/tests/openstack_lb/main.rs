@@ -12,4 +12,5 @@ mod floating_ips;
 mod safety;
 mod sharing;
 mod states;
+mod tls;
 mod write_back;

@@ -142,6 +142,26 @@ impl OpenStackCloud {
                     );
                 }
             }
+            // The default certificate: barbican has it and lets these credentials read it.
+            if lb.container_store == crate::config::ContainerStore::Barbican
+                && let Ok(reference) = crate::loadbalancer::tls::barbican_reference(&lb.tls_container_ref)
+            {
+                checks.push(
+                    self.read_check(
+                        "[LoadBalancer] default-tls-container-ref",
+                        Service::KeyManager,
+                        &reference.path(),
+                        |v| {
+                            format!(
+                                "barbican has it ({}, {})",
+                                v["name"].as_str().unwrap_or_default(),
+                                v["status"].as_str().unwrap_or_default()
+                            )
+                        },
+                    )
+                    .await,
+                );
+            }
             if !lb.floating_network_id.is_empty() {
                 let path = format!("/networks/{}", lb.floating_network_id);
                 checks.push(match self.client.get(Service::Network, &path).await {

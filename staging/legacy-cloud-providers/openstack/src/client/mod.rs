@@ -32,6 +32,8 @@ pub enum Service {
     Network,
     /// octavia (`load-balancer`).
     LoadBalancer,
+    /// barbican (`key-manager`): TLS certificate references are read there.
+    KeyManager,
 }
 
 impl Service {
@@ -41,6 +43,7 @@ impl Service {
             Self::Compute => "compute",
             Self::Network => "network",
             Self::LoadBalancer => "load-balancer",
+            Self::KeyManager => "key-manager",
         }
     }
 }
@@ -210,6 +213,8 @@ impl OpenStackClient {
                 Service::Network if !base.ends_with("/v2.0") && !path.starts_with("/v2.0") => {
                     format!("{base}/v2.0")
                 }
+                // barbican's is usually unversioned too; paths here carry the version.
+                Service::KeyManager if path.starts_with("/v1/") => base.trim_end_matches("/v1").to_string(),
                 _ => base,
             };
             let url = format!("{base}{path}");

@@ -142,6 +142,10 @@ impl OpenStackCloud {
                 self.config.load_balancer.lb_provider
             )));
         }
+        // The certificate first (OCCM's order): a reference barbican lacks changes nothing.
+        if let Some(tls) = &opts.tls {
+            self.check_tls_reference(tls).await?;
+        }
         let members = self.members(service, nodes, &opts)?;
         self.detect_subnets(service, nodes, &mut opts).await?;
 

@@ -122,7 +122,13 @@ impl OpenStackCloud {
                         all.push(name.to_string());
                         change.insert("tags".into(), json!(all));
                     }
-                    if protocol == "HTTP" {
+                    if let Some(reference) = opts.listener_tls_reference(port)
+                        && l.default_tls_container_ref.as_deref() != Some(reference)
+                    {
+                        // A new certificate (OCCM updates it in place).
+                        change.insert("default_tls_container_ref".into(), json!(reference));
+                    }
+                    if protocol == "HTTP" || protocol == "TERMINATED_HTTPS" {
                         let has = l
                             .insert_headers
                             .as_ref()
@@ -166,8 +172,11 @@ impl OpenStackCloud {
                     for (field, value) in &settings {
                         body[*field] = json!(value);
                     }
-                    if opts.keep_client_ip {
+                    if opts.keep_client_ip && (protocol == "HTTP" || protocol == "TERMINATED_HTTPS") {
                         body["insert_headers"] = json!({"X-Forwarded-For": "true"});
+                    }
+                    if let Some(reference) = opts.listener_tls_reference(port) {
+                        body["default_tls_container_ref"] = json!(reference);
                     }
                     let v = self
                         .lb_post(

@@ -38,6 +38,7 @@ mod floating_subnet;
 mod listeners;
 mod octavia;
 mod options;
+pub mod tls;
 
 pub use autodetect::node_address_for_subnet;
 pub(crate) use floating_ip::FloatingIp;

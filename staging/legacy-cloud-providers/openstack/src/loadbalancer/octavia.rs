@@ -61,6 +61,9 @@ pub(super) struct Listener {
     /// `X-Forwarded-For` and such, on HTTP listeners.
     #[serde(default)]
     pub(super) insert_headers: Option<serde_json::Map<String, Value>>,
+    /// The certificate of a `TERMINATED_HTTPS` listener.
+    #[serde(default)]
+    pub(super) default_tls_container_ref: Option<String>,
     /// Every other field (`connection_limit`, `timeout_*`, …), compared with what is wanted.
     #[serde(flatten)]
     pub(super) settings: serde_json::Map<String, Value>,

@@ -6,6 +6,7 @@ use std::{collections::BTreeMap, time::Duration};
 use k8s_cloud_provider::{CloudError, CloudResult};
 use k8s_openapi::api::core::v1::Service as KubeService;
 
+use super::tls::{TlsSource, TlsTermination};
 use crate::{OpenStackCloud, config::check_lb_method};
 
 /// `loadbalancer.openstack.org/subnet-id`.
@@ -73,8 +74,9 @@ pub const ANNOTATION_CLASS: &str = "loadbalancer.openstack.org/class";
 pub const ANNOTATION_FLOATING_SUBNET: &str = "loadbalancer.openstack.org/floating-subnet";
 /// `loadbalancer.openstack.org/floating-subnet-tags`: a tag expression of floating subnets.
 pub const ANNOTATION_FLOATING_SUBNET_TAGS: &str = "loadbalancer.openstack.org/floating-subnet-tags";
-/// `loadbalancer.openstack.org/default-tls-container-ref`: not supported (needs barbican); an
-/// error.
+/// `loadbalancer.openstack.org/default-tls-container-ref`: the certificate (a barbican secret
+/// or container) the Service's TCP ports terminate TLS with ([`super::tls`]); set and empty, no
+/// TLS termination even when `[LoadBalancer]` names a default (OCCM).
 pub const ANNOTATION_TLS_CONTAINER_REF: &str = "loadbalancer.openstack.org/default-tls-container-ref";
 /// `service.beta.kubernetes.io/openstack-internal-load-balancer`.
 pub const ANNOTATION_INTERNAL: &str = "service.beta.kubernetes.io/openstack-internal-load-balancer";
@@ -209,6 +211,8 @@ pub struct ServiceOptions {
     pub node_selector: BTreeMap<String, String>,
     /// HTTP listeners with `X-Forwarded-For` (`x-forwarded-for`).
     pub keep_client_ip: bool,
+    /// TLS termination (`default-tls-container-ref`), if asked for.
+    pub tls: Option<TlsTermination>,
     /// The pools' session persistence: `SOURCE_IP` for `sessionAffinity: ClientIP` (OCCM).
     pub session_persistence: Option<&'static str>,
     /// `externalTrafficPolicy: Local` with health monitors on: the Service's
@@ -339,10 +343,20 @@ impl ServiceOptions {
                 .map_err(|m| CloudError::msg(format!("annotation {ANNOTATION_LB_METHOD}: {m}")))?,
             None => c.lb_method.clone(),
         };
-        if annotation(service, ANNOTATION_TLS_CONTAINER_REF).is_some_and(|v| !v.trim().is_empty()) {
-            return Err(CloudError::msg(format!(
-                "annotation {ANNOTATION_TLS_CONTAINER_REF} is not supported by this provider (TLS-terminating listeners need barbican; see the README's OpenStack annotation table): remove it"
-            )));
+        let tls = match annotation(service, ANNOTATION_TLS_CONTAINER_REF) {
+            Some(v) => Some((v.trim(), TlsSource::Annotation)),
+            None => Some((c.tls_container_ref.as_str(), TlsSource::Config)),
+        }
+        .filter(|(r, _)| !r.is_empty())
+        .map(|(reference, source)| TlsTermination {
+            reference: reference.to_string(),
+            source,
+        });
+        if let Some(t) = &tls
+            && c.container_store == crate::config::ContainerStore::Barbican
+        {
+            super::tls::barbican_reference(&t.reference)
+                .map_err(|m| CloudError::msg(format!("{}: {m}", t.source)))?;
         }
         // A `[LoadBalancerClass]` comes between the annotations and `[LoadBalancer]`.
         let class = match annotation(service, ANNOTATION_CLASS).map(str::trim) {
@@ -454,6 +468,7 @@ impl ServiceOptions {
                 annotation(service, ANNOTATION_NODE_SELECTOR).unwrap_or(&c.node_selector),
             ),
             keep_client_ip,
+            tls,
             health_check_node_port,
             session_persistence: spec
                 .and_then(|s| s.session_affinity.as_deref())
@@ -478,23 +493,38 @@ impl ServiceOptions {
         Ok(o)
     }
 
-    /// The listener protocol of a Service port: `HTTP` for a TCP port with `x-forwarded-for`
-    /// (OCCM), else the port's.
+    /// The listener protocol of a Service port (OCCM): `TERMINATED_HTTPS` for a TCP port with a
+    /// TLS certificate, `HTTP` for one with `x-forwarded-for`, else the port's. (OCCM would ask
+    /// Octavia for `TERMINATED_HTTPS` on a UDP port too, which Octavia refuses; a UDP or SCTP
+    /// port keeps its protocol here.)
     pub fn listener_protocol<'a>(&self, port: &'a PortSpec) -> &'a str {
-        if self.keep_client_ip && port.protocol == "TCP" {
+        if port.protocol != "TCP" {
+            &port.protocol
+        } else if self.tls.is_some() {
+            "TERMINATED_HTTPS"
+        } else if self.keep_client_ip {
             "HTTP"
         } else {
             &port.protocol
         }
     }
 
-    /// The pool protocol of a Service port: `PROXY`/`PROXYV2` with `proxy-protocol`, else the
-    /// listener's.
+    /// The pool protocol of a Service port: `PROXY`/`PROXYV2` with `proxy-protocol`, `HTTP`
+    /// behind a TLS-terminating or `x-forwarded-for` listener (OCCM), else the port's.
     pub fn pool_protocol<'a>(&self, port: &'a PortSpec) -> &'a str {
         match self.proxy_protocol {
             Some(p) => p,
-            None => self.listener_protocol(port),
+            None if port.protocol == "TCP" && (self.tls.is_some() || self.keep_client_ip) => "HTTP",
+            None => &port.protocol,
         }
+    }
+
+    /// The listener's certificate reference for a Service port (TCP ports with TLS termination).
+    pub fn listener_tls_reference(&self, port: &PortSpec) -> Option<&str> {
+        self.tls
+            .as_ref()
+            .filter(|_| port.protocol == "TCP")
+            .map(|t| t.reference.as_str())
     }
 
     /// The hostname the status shows for `address`: the `hostname` annotation's, else with
