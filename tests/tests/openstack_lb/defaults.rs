@@ -1,9 +1,13 @@
-//! The `[LoadBalancer]` defaults OCCM users rely on: `internal-lb` enforced, and the subnet
-//! and floating network detected when the config leaves them unset.
+//! The `[LoadBalancer]` defaults OCCM users rely on: `internal-lb` enforced, the subnet and
+//! floating network detected when the config leaves them unset, and Octavia's features asked
+//! for only where its API version has them.
 
 use anyhow::{Context, Result};
 use kube::api::PostParams;
-use rcp_e2e::k8s::load_balancer_service;
+use rcp_e2e::{
+    fault_proxy::{Action, Rule},
+    k8s::load_balancer_service,
+};
 
 use crate::env::*;
 
@@ -130,5 +134,60 @@ async fn an_unset_subnet_and_floating_network_are_detected() -> Result<()> {
     env.delete_service("auto").await?;
     env.delete_service("inside").await?;
     assert!(env.project.floating_ips().await?.is_empty());
+    Ok(())
+}
+
+/// Octavia's version document capped at API 2.5 (before flavors, 2.6, and availability zones,
+/// 2.14): an older Octavia, in front of the real one.
+fn octavia_2_5(body: &str) -> String {
+    let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(body) else {
+        return body.to_string();
+    };
+    let Some(versions) = doc.get_mut("versions").and_then(|v| v.as_array_mut()) else {
+        return body.to_string();
+    };
+    versions.retain(|v| {
+        let id = v["id"].as_str().unwrap_or_default();
+        let minor = id.strip_prefix("v2.").and_then(|m| m.parse::<u32>().ok());
+        minor.is_some_and(|m| m <= 5)
+    });
+    doc.to_string()
+}
+
+/// As OCCM, `flavor-id` and `availability-zone` reach Octavia only where its API has them
+/// (2.6, 2.14; never with the `ovn` provider): on an Octavia that reports 2.5 they are left out
+/// (with a warning) and the load balancer is made; sent, the real Octavia would refuse a flavor
+/// and a zone it does not have.
+#[tokio::test]
+async fn flavor_and_availability_zone_are_sent_only_where_octavia_has_them() -> Result<()> {
+    let env = env("lb-gates").await?;
+    env.project
+        .octavia_proxy
+        .add(Rule::new(&[""], Action::Rewrite(octavia_2_5)));
+    let mut svc = load_balancer_service("gated", &[], &[(80, "http")]);
+    svc.metadata.annotations = Some(
+        [
+            (
+                "loadbalancer.openstack.org/flavor-id".to_string(),
+                "00000000-0000-4000-8000-00000000f1a0".to_string(),
+            ),
+            (
+                "loadbalancer.openstack.org/availability-zone".to_string(),
+                "no-such-zone".to_string(),
+            ),
+        ]
+        .into(),
+    );
+    env.services.create(&PostParams::default(), &svc).await?;
+    env.ingress("gated").await?;
+    let lb = env.load_balancer("gated").await?;
+    assert!(lb["flavor_id"].is_null(), "no flavor sent: {lb}");
+    assert!(lb["availability_zone"].is_null(), "no zone sent: {lb}");
+    let log = env.ccm.log();
+    assert!(
+        log.contains("left out of the new load balancer") && log.contains("flavor_id"),
+        "the CCM says what it left out:\n{log}"
+    );
+    env.delete_service("gated").await?;
     Ok(())
 }

@@ -378,11 +378,30 @@ impl OpenStackCloud {
         if !provider.is_empty() {
             body["provider"] = json!(provider);
         }
-        if !opts.flavor_id.is_empty() {
-            body["flavor_id"] = json!(opts.flavor_id);
-        }
-        if !opts.availability_zone.is_empty() {
-            body["availability_zone"] = json!(opts.availability_zone);
+        // As OCCM: sent only where Octavia (and the provider: not `ovn`) has them; otherwise
+        // left out with a warning (Octavia would refuse the load balancer).
+        for (field, value, feature) in [
+            ("flavor_id", &opts.flavor_id, OctaviaFeature::Flavors),
+            (
+                "availability_zone",
+                &opts.availability_zone,
+                OctaviaFeature::AvailabilityZones,
+            ),
+        ] {
+            if value.is_empty() {
+                continue;
+            }
+            if self.octavia_supports(feature).await? {
+                body[field] = json!(value);
+            } else {
+                let (major, minor) = feature.since();
+                tracing::warn!(
+                    field,
+                    value = %value,
+                    lb_provider = %self.config.load_balancer.lb_provider,
+                    "left out of the new load balancer: this Octavia (API before {major}.{minor}) or its ovn provider does not have it (as OCCM)"
+                );
+            }
         }
         // As OCCM: `spec.loadBalancerIP` of an internal or IPv6 Service is its VIP (of an
         // external one, its floating IP).

@@ -118,6 +118,10 @@ pub enum OctaviaFeature {
     VipAcl,
     /// HTTP health monitors on UDP pools (2.16).
     HttpMonitorsOnUdp,
+    /// Octavia flavors (2.6): `flavor-id`.
+    Flavors,
+    /// Availability zones (2.14): `availability-zone`.
+    AvailabilityZones,
 }
 
 impl OctaviaFeature {
@@ -128,6 +132,8 @@ impl OctaviaFeature {
             Self::Tags => (2, 5),
             Self::VipAcl => (2, 12),
             Self::HttpMonitorsOnUdp => (2, 16),
+            Self::Flavors => (2, 6),
+            Self::AvailabilityZones => (2, 14),
         }
     }
 
