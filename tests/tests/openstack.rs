@@ -18,7 +18,7 @@ use rcp_e2e::{
     TestCluster,
     fault_proxy::{Action, FaultApi, FaultKind, RandomFaults, Rule},
     k8s::{ingress_ip, initialised, load_balancer_service, set_ready, tainted_node, wait_for},
-    openstack::{FLAVOR, OpenStack, Project, SPACED_FLAVOR, start_ccm},
+    openstack::{FLAVOR, OpenStack, Project, SPACED_FLAVOR, start_ccm, start_ccm_with_env},
 };
 use serde_json::Value;
 
@@ -738,5 +738,39 @@ async fn request_timeout_bounds_every_openstack_request() -> Result<()> {
     );
     project.nova_proxy.clear();
     wait_for("node-0 initialised", T, || initialised(&nodes, "node-0")).await?;
+    Ok(())
+}
+
+/// With OCCM's `OS_CCM_REGIONAL=true` a Node's provider ID names the region
+/// (`openstack://<region>/<server-id>`), and the lifecycle reads it back: the Node is
+/// initialised, then deleted once its server is.
+#[tokio::test]
+async fn os_ccm_regional_gives_regional_provider_ids() -> Result<()> {
+    let os = OpenStack::shared().await?;
+    let (cluster, project) = tokio::try_join!(TestCluster::start(), os.project("regional"))?;
+    let net = project.network("private", "10.5.0.0/24").await?;
+    let id = project.server("node-0", &net).await?;
+    let _ccm = start_ccm_with_env(
+        &cluster,
+        &format!("{}[LoadBalancer]\nenabled = false\n", project.global_section()),
+        "ccm-openstack-regional",
+        &["--node-monitor-period=1s"],
+        &[("OS_CCM_REGIONAL", "true")],
+    )?;
+    let nodes: Api<Node> = Api::all(cluster.client().await?);
+    nodes
+        .create(&PostParams::default(), &tainted_node("node-0"))
+        .await?;
+    let n = wait_for("node-0 initialised", T, || initialised(&nodes, "node-0")).await?;
+    assert_eq!(
+        n.spec.as_ref().and_then(|s| s.provider_id.clone()),
+        Some(format!("openstack://{}/{id}", project.region))
+    );
+    set_ready(&nodes, "node-0", "False").await?;
+    project.delete_server(&id).await?;
+    wait_for("node-0 deleted with its server", T, || async {
+        nodes.get_opt("node-0").await.ok()?.is_none().then_some(())
+    })
+    .await?;
     Ok(())
 }

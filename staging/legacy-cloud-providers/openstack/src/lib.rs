@@ -1,7 +1,8 @@
 //! The staged OpenStack cloud provider (the Rust counterpart of `legacy-cloud-providers/openstack`
 //! and of cloud-provider-openstack's `openstack-cloud-controller-manager`):
 //!
-//! - [`InstancesV2`]: Nodes from nova servers — provider ID `openstack:///<server-id>`, addresses
+//! - [`InstancesV2`]: Nodes from nova servers — provider ID `openstack:///<server-id>` (with
+//!   `OS_CCM_REGIONAL=true` `openstack://<region>/<server-id>`, as OCCM), addresses
 //!   by the `[Networking]` rules, instance type = flavor name, zone = availability zone, region =
 //!   `[Global] region`; exists (404 → gone) and shutdown (`SHUTOFF`).
 //! - [`LoadBalancer`]: Octavia load balancers, listeners, pools, members and health monitors, with
@@ -101,6 +102,8 @@ pub struct OpenStackCloud {
     octavia_version: tokio::sync::OnceCell<(u32, u32)>,
     /// How long to wait for Octavia to finish one change (`OCCM_WAIT_LB_ACTIVE_STEPS`).
     lb_wait: Duration,
+    /// `OS_CCM_REGIONAL=true`: provider IDs name the region (`openstack://<region>/<id>`).
+    regional_provider_ids: bool,
     /// The API server, from [`CloudProvider::initialize`]: a load balancer named for another
     /// Service is deleted only after that Service is read gone.
     kube: std::sync::OnceLock<kube::Client>,
@@ -117,6 +120,14 @@ impl std::fmt::Debug for OpenStackCloud {
 /// An OpenStack API error as a [`CloudError`].
 pub fn cloud_error(context: impl std::fmt::Display, e: ClientError) -> CloudError {
     CloudError::wrap(context, e)
+}
+
+/// OCCM's environment variable for regional provider IDs.
+pub const REGIONAL_PROVIDER_ID_ENV: &str = "OS_CCM_REGIONAL";
+
+/// Whether `OS_CCM_REGIONAL` asks for regional provider IDs: exactly `true`, as OCCM reads it.
+pub fn regional_provider_ids(value: Option<&str>) -> bool {
+    value == Some("true")
 }
 
 /// The server ID of `openstack:///<id>` or `openstack://<region>/<id>`; a region other than
@@ -208,6 +219,13 @@ impl OpenStackCloud {
                 .as_deref(),
         )
         .map_err(CloudError::msg)?;
+        let regional_provider_ids =
+            regional_provider_ids(std::env::var(REGIONAL_PROVIDER_ID_ENV).ok().as_deref());
+        if regional_provider_ids && config.global.region.is_empty() {
+            return Err(CloudError::msg(format!(
+                "{REGIONAL_PROVIDER_ID_ENV}=true needs [Global] region: a regional provider ID names it"
+            )));
+        }
         let client = OpenStackClient::new(&config.global, timeout)
             .map_err(|e| CloudError::msg(format!("cloud config: {e}")))?;
         Ok(Self {
@@ -215,6 +233,7 @@ impl OpenStackCloud {
             client: Arc::new(client),
             octavia_version: tokio::sync::OnceCell::new(),
             lb_wait,
+            regional_provider_ids,
             kube: std::sync::OnceLock::new(),
         })
     }
@@ -315,6 +334,16 @@ impl OpenStackCloud {
     pub fn provider_id(server: &Server) -> String {
         format!("{PROVIDER_NAME}:///{}", server.id)
     }
+
+    /// The provider ID a Node of this server gets: `openstack:///<id>`, or with
+    /// `OS_CCM_REGIONAL=true` `openstack://<region>/<id>` (OCCM). Either form is read back.
+    pub fn node_provider_id(&self, server: &Server) -> String {
+        if self.regional_provider_ids {
+            format!("{PROVIDER_NAME}://{}/{}", self.config.global.region, server.id)
+        } else {
+            Self::provider_id(server)
+        }
+    }
 }
 
 /// Escapes a name for nova's regular-expression `name` filter.
@@ -391,7 +420,7 @@ impl InstancesV2 for OpenStackCloud {
         };
         let instance_type = self.instance_type(&server).await?;
         Ok(Some(
-            InstanceMetadata::new(Self::provider_id(&server))
+            InstanceMetadata::new(self.node_provider_id(&server))
                 .with_instance_type(instance_type)
                 .with_node_addresses(node_addresses(&server, &self.config.networking))
                 .with_zone(
@@ -495,6 +524,11 @@ mod tests {
         assert!(server_id_from_provider_id("openstack://Other/abc", "R").is_err());
         assert!(server_id_from_provider_id("aws:///i-1", "R").is_err());
         assert!(server_id_from_provider_id("openstack:///", "R").is_err());
+        // OS_CCM_REGIONAL as OCCM reads it: exactly "true".
+        assert!(regional_provider_ids(Some("true")));
+        for other in [None, Some("1"), Some("TRUE"), Some("")] {
+            assert!(!regional_provider_ids(other), "{other:?}");
+        }
     }
 
     #[test]
