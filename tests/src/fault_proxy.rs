@@ -370,6 +370,30 @@ impl FaultProxy {
         Self::start_with(upstream, Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
     }
 
+    /// A TLS proxy that also demands a client certificate signed by the CA at `client_ca`
+    /// (PEM): a client without one fails its handshake.
+    pub async fn start_mutual_tls(upstream: &str, cert: &Path, key: &Path, client_ca: &Path) -> Result<Self> {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+        crate::init();
+        let certs = CertificateDer::pem_file_iter(cert)
+            .context("proxy certificate")?
+            .collect::<Result<Vec<_>, _>>()
+            .context("proxy certificate")?;
+        let key = PrivateKeyDer::from_pem_file(key).context("proxy key")?;
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in CertificateDer::pem_file_iter(client_ca).context("client CA")? {
+            roots.add(ca.context("client CA")?).context("client CA")?;
+        }
+        let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots))
+            .build()
+            .context("client certificate verifier")?;
+        let config = rustls::ServerConfig::builder()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(certs, key)
+            .context("proxy TLS config")?;
+        Self::start_with(upstream, Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
+    }
+
     /// A TLS proxy in front of `upstream` with a fresh self-signed certificate for 127.0.0.1
     /// (for clients that skip verification, e.g. the tests' kubeconfigs).
     pub async fn start_tls_self_signed(upstream: &str) -> Result<Self> {

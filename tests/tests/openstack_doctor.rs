@@ -1,15 +1,18 @@
 //! `cloud-controller-manager-openstack doctor` on the real binary, kube-apiserver and the real
 //! OpenStack: on a good project every check passes (exit 0) and nothing is written; a Node
 //! without a server, a floating network that is not external and a subnet that does not exist
-//! are each named on their own line, and the exit code is their number.
+//! are each named on their own line, and the exit code is their number. keystone over HTTPS
+//! with its own CA and client certificates: `ca-file`, `tls-insecure`, `cert-file`/`key-file`.
 
 use anyhow::Result;
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, api::PostParams};
 use rcp_e2e::{
     TestCluster,
-    k8s::tainted_node,
-    openstack::{BARBICAN, OpenStack, Project},
+    certs::ClientCa,
+    fault_proxy::FaultProxy,
+    k8s::{initialised, tainted_node, wait_for},
+    openstack::{BARBICAN, KEYSTONE, OpenStack, Project, start_ccm},
     paths,
 };
 
@@ -123,5 +126,95 @@ async fn doctor_passes_on_a_good_project_and_names_each_problem() -> Result<()> 
     assert_eq!(code, 4, "{out}");
     assert!(out.contains("is not external"), "{out}");
     assert!(!out.contains(&project.password), "no secret in the output");
+    Ok(())
+}
+
+/// keystone over HTTPS with a certificate of the cloud's own CA, demanding client
+/// certificates (a TLS proxy in front of the test cloud's keystone): with `ca-file` and
+/// `cert-file`/`key-file` the doctor authenticates and the CCM initialises a Node; without
+/// `ca-file` the certificate is refused and the error says so; `tls-insecure = true` skips the
+/// check; without a client certificate keystone's handshake fails.
+#[tokio::test]
+async fn keystone_over_https_with_its_own_ca_and_client_certificates() -> Result<()> {
+    let os = OpenStack::shared().await?;
+    let (cluster, project) = tokio::try_join!(TestCluster::start(), os.project("keystone-tls"))?;
+    let net = project.network("private", "10.6.0.0/24").await?;
+    project.server("node-0", &net).await?;
+    let dir = cluster.dir().join("keystone-tls");
+    std::fs::create_dir_all(&dir)?;
+    let ca = ClientCa::new("rcp-keystone-test-ca")?;
+    let (server_cert, server_key) = ca.server_cert_pem("127.0.0.1")?;
+    let (client_cert, client_key) = ca.client_cert_pem("ccm", &[])?;
+    let path = |name: &str, pem: &str| -> Result<String> {
+        let p = dir.join(name);
+        std::fs::write(&p, pem)?;
+        Ok(p.display().to_string())
+    };
+    let ca_file = path("ca.pem", &ca.pem)?;
+    let (cert_file, key_file) = (
+        path("client.crt", &client_cert)?,
+        path("client.key", &client_key)?,
+    );
+    let proxy = FaultProxy::start_mutual_tls(
+        "http://127.0.0.1:15000",
+        path("server.crt", &server_cert)?.as_ref(),
+        path("server.key", &server_key)?.as_ref(),
+        ca_file.as_ref(),
+    )
+    .await?;
+    let https = format!("https://127.0.0.1:{}/v3", proxy.port());
+    let config = |tls_lines: &str| {
+        format!(
+            "{}{tls_lines}[LoadBalancer]\nenabled = false\n",
+            project.global_section().replace(KEYSTONE, &https)
+        )
+    };
+    let kubeconfig = cluster.ccm_kubeconfig("openstack/base")?;
+    let run = |tls_lines: &str| -> Result<Vec<String>> {
+        let file = dir.join("cloud.conf");
+        std::fs::write(&file, config(tls_lines))?;
+        Ok(vec![
+            format!("--cloud-config={}", file.display()),
+            format!("--kubeconfig={}", kubeconfig.display()),
+        ])
+    };
+    let client = format!("cert-file = {cert_file}\nkey-file = {key_file}\n");
+    let keystone_fails = |out: &str| failed(out).iter().any(|f| f == "keystone");
+
+    let (_, out) = doctor(&run(&format!("ca-file = {ca_file}\n{client}"))?).await?;
+    assert!(!keystone_fails(&out), "the CA and the client certificate: {out}");
+    assert!(proxy.total() > 0, "keystone was reached over HTTPS");
+
+    let (_, out) = doctor(&run(&client)?).await?;
+    assert!(
+        keystone_fails(&out),
+        "no ca-file: the certificate is refused: {out}"
+    );
+    assert!(out.contains("certificate"), "the error says why: {out}");
+
+    let (_, out) = doctor(&run(&format!("tls-insecure = true\n{client}"))?).await?;
+    assert!(!keystone_fails(&out), "tls-insecure skips the check: {out}");
+
+    let (_, out) = doctor(&run(&format!("ca-file = {ca_file}\n"))?).await?;
+    assert!(
+        keystone_fails(&out),
+        "no client certificate: the handshake fails: {out}"
+    );
+
+    // The CCM itself over the same keystone.
+    let _ccm = start_ccm(
+        &cluster,
+        &config(&format!("ca-file = {ca_file}\n{client}")),
+        "ccm-keystone-tls",
+        &[],
+    )?;
+    let nodes: Api<Node> = Api::all(cluster.client().await?);
+    nodes
+        .create(&PostParams::default(), &tainted_node("node-0"))
+        .await?;
+    wait_for("node-0 initialised", std::time::Duration::from_secs(90), || {
+        initialised(&nodes, "node-0")
+    })
+    .await?;
     Ok(())
 }

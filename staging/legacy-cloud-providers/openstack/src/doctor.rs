@@ -78,10 +78,12 @@ impl OpenStackCloud {
                 ),
             )),
             Err(e) => {
-                checks.push(Check::fail(
-                    "keystone",
-                    format!("{e} (fix: the [Global] credentials, auth-url and region)"),
-                ));
+                let fix = if e.to_string().to_ascii_lowercase().contains("certificate") {
+                    "fix: [Global] ca-file (the CA that signed keystone's certificate), cert-file and key-file (when keystone asks for a client certificate)"
+                } else {
+                    "fix: the [Global] credentials, auth-url and region"
+                };
+                checks.push(Check::fail("keystone", format!("{e} ({fix})")));
                 return checks;
             }
         }

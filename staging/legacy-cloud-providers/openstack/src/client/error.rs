@@ -65,13 +65,25 @@ pub enum ClientError {
     DryRun(String),
 }
 
-/// A transport error as a user reads it: a timeout names the setting that bounds it.
-fn describe_transport(e: &reqwest::Error) -> String {
+/// A transport error as a user reads it: a timeout names the setting that bounds it; any
+/// other with its causes (reqwest's own message is only "error sending request": the cause
+/// says e.g. that the server's certificate has an unknown issuer).
+pub fn describe_transport(e: &reqwest::Error) -> String {
     if e.is_timeout() {
-        "no answer within the request timeout ([Metadata] request-timeout, 60 s by default)".to_string()
-    } else {
-        e.to_string()
+        return "no answer within the request timeout ([Metadata] request-timeout, 60 s by default)"
+            .to_string();
     }
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    message
 }
 
 impl ClientError {

@@ -163,7 +163,7 @@ impl OpenStackClient {
             .await
             .map_err(|e| ClientError::Auth {
                 url: url.clone(),
-                message: e.without_url().to_string(),
+                message: super::describe_transport(&e.without_url()),
             })?;
         let status = resp.status();
         let subject_token = resp
@@ -173,7 +173,7 @@ impl OpenStackClient {
             .map(str::to_string);
         let body = resp.bytes().await.map_err(|e| ClientError::Auth {
             url: url.clone(),
-            message: e.without_url().to_string(),
+            message: super::describe_transport(&e.without_url()),
         })?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
