@@ -10,6 +10,7 @@ mod dual_stack;
 mod env;
 mod floating_ips;
 mod safety;
+mod security_groups;
 mod sharing;
 mod states;
 mod tls;

@@ -63,7 +63,7 @@ async fn shadow_mode_sends_no_write_to_openstack() -> Result<()> {
 
 /// Runs `cloud-controller-manager-openstack orphans <args>` for the Env's cloud config:
 /// `(exit code, stdout)`.
-async fn orphans(env: &Env, test: &str, extra: &[&str]) -> Result<(i32, String)> {
+pub(crate) async fn orphans(env: &Env, test: &str, extra: &[&str]) -> Result<(i32, String)> {
     let out = tokio::process::Command::new(rcp_e2e::paths::workspace_binary(
         "cloud-controller-manager-openstack",
     )?)

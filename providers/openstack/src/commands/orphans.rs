@@ -15,7 +15,7 @@ use k8s_cloud_provider::app::{ClusterAccessFlags, ProviderCommand};
 use k8s_openapi::api::core::v1::Service;
 use kube::{Api, api::ListParams};
 
-/// Find the load balancers and floating IPs this cluster made that no Service wants, and
+/// Find the load balancers, floating IPs and security groups this cluster made that no Service wants, and
 /// optionally delete them.
 #[derive(Debug, Clone, Args)]
 pub struct OrphansFlags {
@@ -38,7 +38,7 @@ pub struct OrphansFlags {
 pub fn provider_command() -> ProviderCommand {
     ProviderCommand {
         name: "orphans",
-        about: "List (and with --delete, delete) the Octavia load balancers and floating IPs this cluster made that no Service wants any more",
+        about: "List (and with --delete, delete) the Octavia load balancers, floating IPs and security groups (manage-security-groups) this cluster made that no Service wants any more",
         flags: <OrphansFlags as Args>::augment_args,
         run: |matches| Box::pin(async move { run(matches).await }),
     }
@@ -84,7 +84,7 @@ async fn orphans(flags: &OrphansFlags) -> Result<bool, String> {
         .map_err(|e| format!("listing cloud resources: {e}"))?;
     if found.is_empty() {
         println!(
-            "No orphans: every load balancer and floating IP cluster {cluster:?} made is wanted by a Service."
+            "No orphans: every load balancer, floating IP and security group cluster {cluster:?} made is wanted by a Service."
         );
         return Ok(true);
     }
@@ -111,7 +111,7 @@ async fn orphans(flags: &OrphansFlags) -> Result<bool, String> {
         }
     }
     let mut ok = true;
-    // In the listing's order: floating IPs, then load balancers (as a Service's deletion).
+    // In the listing's order: floating IPs, load balancers, then security groups (as a Service's deletion).
     for o in &found {
         let result = match services().await {
             Ok(now) => cloud

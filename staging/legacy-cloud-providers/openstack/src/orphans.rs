@@ -17,6 +17,12 @@
 //!   wants a load balancer, and attached to no port or to the VIP port of an orphan load
 //!   balancer (any other port: it serves something). A floating IP with any other
 //!   description — a user's own — never is an orphan.
+//! - **Security groups** (`manage-security-groups`). Named `lb-sg-<uid>-<namespace>-<name>`
+//!   with OCCM's description naming this cluster
+//!   ([`crate::loadbalancer::security_group_description`]; another cluster's, or one without
+//!   that description, never is an orphan), the name not cut at 255 bytes, and no Service with
+//!   that UID, namespace and name wants a load balancer. Deleting one takes it off the ports
+//!   that have it first.
 //!
 //! Deletion ([`OpenStackCloud::delete_orphan`]) reads the candidate again right before deleting
 //! it, with the Services as they are then, and refuses when it is no longer an orphan.
@@ -31,8 +37,8 @@ use crate::{
     client::Service,
     cloud_error,
     loadbalancer::{
-        ANNOTATION_LOAD_BALANCER_ID, FloatingIp, OctaviaLoadBalancer, floating_ip_description,
-        load_balancer_name,
+        ANNOTATION_LOAD_BALANCER_ID, FloatingIp, OctaviaLoadBalancer, SecurityGroup, floating_ip_description,
+        load_balancer_name, security_group_name,
     },
 };
 
@@ -47,6 +53,9 @@ pub enum OrphanKind {
     FloatingIp,
     /// An Octavia load balancer (with its listeners, pools, members and monitors).
     LoadBalancer,
+    /// A neutron security group made for a Service (`manage-security-groups`), deleted after
+    /// the load balancers (taken off the Nodes' ports first).
+    SecurityGroup,
 }
 
 impl std::fmt::Display for OrphanKind {
@@ -54,6 +63,7 @@ impl std::fmt::Display for OrphanKind {
         f.write_str(match self {
             Self::LoadBalancer => "load-balancer",
             Self::FloatingIp => "floating-ip",
+            Self::SecurityGroup => "security-group",
         })
     }
 }
@@ -127,6 +137,34 @@ fn fip_owner(cluster: &str, description: &str) -> Option<String> {
         .is_some_and(|(ns, n)| !ns.is_empty() && !n.is_empty())
         && !owner.contains(' '))
     .then(|| owner.to_string())
+}
+
+/// The Service a security group was made for (`namespace/name`), when its name is OCCM's
+/// (not cut) and its description names `cluster`.
+fn security_group_owner(cluster: &str, group: &SecurityGroup) -> Option<String> {
+    if !group.name.starts_with("lb-sg-") || group.name.len() >= MAX_NAME {
+        return None;
+    }
+    let owner = group
+        .description
+        .strip_prefix("Security Group for ")?
+        .strip_suffix(&format!(" Service LoadBalancer in cluster {cluster}"))?;
+    let (ns, name) = owner.split_once('/')?;
+    // The name ends with the owner's `-<namespace>-<name>`.
+    (!ns.is_empty()
+        && !name.is_empty()
+        && !owner.contains(' ')
+        && group.name.ends_with(&format!("-{ns}-{name}")))
+    .then(|| owner.to_string())
+}
+
+/// The group names the Services that want a load balancer have.
+fn wanted_security_groups(services: &[KubeService]) -> BTreeSet<String> {
+    services
+        .iter()
+        .filter(|s| wants_load_balancer(s))
+        .map(security_group_name)
+        .collect()
 }
 
 /// The Service `namespace/name` of `services`, if it wants a load balancer.
@@ -211,6 +249,29 @@ impl OpenStackCloud {
                 owner,
             });
         }
+        let groups: Vec<SecurityGroup> = self
+            .client
+            .list(Service::Network, "/security-groups", "security_groups")
+            .await
+            .map_err(|e| cloud_error("listing security groups", e))?;
+        let wanted_groups = wanted_security_groups(services);
+        for g in groups {
+            let Some(owner) = security_group_owner(cluster, &g) else {
+                continue;
+            };
+            if wanted_groups.contains(&g.name) {
+                continue;
+            }
+            out.push(Orphan {
+                kind: OrphanKind::SecurityGroup,
+                name: g.name.clone(),
+                id: g.id.clone(),
+                reason: format!(
+                    "made for Service {owner} (its UID in the name), which wants no load balancer"
+                ),
+                owner,
+            });
+        }
         out.sort();
         Ok(out)
     }
@@ -252,6 +313,33 @@ impl OpenStackCloud {
                     )));
                 }
                 self.delete_load_balancer(&lb, true).await
+            }
+            OrphanKind::SecurityGroup => {
+                let path = format!("/security-groups/{}", orphan.id);
+                let g: SecurityGroup = match self
+                    .client
+                    .get_as(Service::Network, &path, "security_group")
+                    .await
+                {
+                    Ok(g) => g,
+                    Err(e) if e.is_not_found() => return Ok(()),
+                    Err(e) => return Err(cloud_error(format!("reading security group {}", orphan.id), e)),
+                };
+                if g.name != orphan.name
+                    || security_group_owner(cluster, &g).as_deref() != Some(&orphan.owner)
+                {
+                    return Err(refuse(format!(
+                        "it is now named {:?}, described {:?}",
+                        g.name, g.description
+                    )));
+                }
+                if wanted_security_groups(services).contains(&g.name) {
+                    return Err(refuse(format!(
+                        "Service {} wants a load balancer now",
+                        orphan.owner
+                    )));
+                }
+                self.delete_security_group_by_id(&g).await
             }
             OrphanKind::FloatingIp => {
                 let path = format!("/floatingips/{}", orphan.id);
@@ -359,6 +447,41 @@ mod tests {
         assert_eq!(
             floating_ip_description_of("kubernetes", "shop/web"),
             "Floating IP for Kubernetes external service shop/web from cluster kubernetes"
+        );
+    }
+
+    #[test]
+    fn security_groups_of_this_cluster_by_occms_name_and_description() {
+        let group = |name: &str, description: &str| SecurityGroup {
+            id: "g".into(),
+            name: name.into(),
+            description: description.into(),
+        };
+        let occm = "Security Group for shop/web Service LoadBalancer in cluster kubernetes";
+        let name = "lb-sg-0b7f0a52-5c2e-4f3c-9d35-9a7c7a1e0b11-shop-web";
+        assert_eq!(
+            security_group_owner("kubernetes", &group(name, occm)).as_deref(),
+            Some("shop/web")
+        );
+        assert_eq!(
+            security_group_owner("prod", &group(name, occm)),
+            None,
+            "another cluster's"
+        );
+        assert_eq!(
+            security_group_owner("kubernetes", &group(name, "mine")),
+            None,
+            "a user's"
+        );
+        assert_eq!(
+            security_group_owner("kubernetes", &group("default", occm)),
+            None,
+            "not OCCM's name"
+        );
+        assert_eq!(
+            security_group_owner("kubernetes", &group("lb-sg-x-other-app", occm)),
+            None,
+            "the name and the description disagree"
         );
     }
 

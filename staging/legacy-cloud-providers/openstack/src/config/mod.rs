@@ -155,6 +155,9 @@ pub struct LoadBalancerOptions {
     /// Service's TCP ports terminate TLS with (`TERMINATED_HTTPS` listeners, HTTP pools); the
     /// `loadbalancer.openstack.org/default-tls-container-ref` annotation overrides it.
     pub tls_container_ref: String,
+    /// `manage-security-groups` (false): each Service gets a security group opening its
+    /// NodePorts to the members' subnet, added to the member Nodes' ports (OCCM).
+    pub manage_security_groups: bool,
     /// `container-store` (`barbican`): where TLS references live; with `barbican` each is read
     /// before it is used, with `external` it is passed to Octavia as written.
     pub container_store: ContainerStore,
@@ -220,6 +223,7 @@ impl Default for LoadBalancerOptions {
             classes: Default::default(),
             tls_container_ref: String::new(),
             container_store: ContainerStore::Barbican,
+            manage_security_groups: false,
         }
     }
 }
@@ -434,19 +438,20 @@ impl OpenStackConfig {
                         }
                     }
                     ("loadbalancer", "node-selector") => lb.node_selector = text(s, e)?,
-                    ("loadbalancer", "enable-ingress-hostname") => lb.enable_ingress_hostname = boolean(s, e)?,
+                    ("loadbalancer", "enable-ingress-hostname") => {
+                        lb.enable_ingress_hostname = boolean(s, e)?
+                    }
                     ("loadbalancer", "ingress-hostname-suffix") => lb.ingress_hostname_suffix = text(s, e)?,
                     // Keys OCCM documents that this provider does not act on: warned, never
                     // fatal, so that an OCCM cloud.conf is read unchanged.
-                    ("loadbalancer", "manage-security-groups") if boolean(s, e)? => config.warnings.push(format!(
-                        "{}: security groups are not managed by this provider: the Nodes' security groups must let the load balancers reach the NodePorts",
-                        place(s, e)
-                    )),
-                    ("loadbalancer", "manage-security-groups") => {}
+                    ("loadbalancer", "manage-security-groups") => lb.manage_security_groups = boolean(s, e)?,
                     ("loadbalancer", "lb-version") => {
                         let v = text(s, e)?;
                         if !v.is_empty() && v != "v2" {
-                            return Err(ConfigError(format!("{}: {v:?} is not v2 (the only Octavia API)", place(s, e))));
+                            return Err(ConfigError(format!(
+                                "{}: {v:?} is not v2 (the only Octavia API)",
+                                place(s, e)
+                            )));
                         }
                     }
                     ("loadbalancer", "default-tls-container-ref") => lb.tls_container_ref = text(s, e)?,

@@ -35,9 +35,20 @@ impl OpenStackCloud {
         }
     }
 
-    /// Deletes what the Service has: see the module's documentation. Bad annotations never
-    /// block a deletion (on doubt the floating IP is kept).
+    /// Deletes what the Service has: see the module's documentation, then its security group
+    /// (`manage-security-groups`: made for it by its UID, here or by OCCM; whatever the option
+    /// says, as OCCM). Bad annotations never block a deletion (on doubt the floating IP is
+    /// kept).
     pub(super) async fn delete_service_load_balancer(
+        &self,
+        cluster: &str,
+        service: &KubeService,
+    ) -> CloudResult<()> {
+        self.delete_service_load_balancer_only(cluster, service).await?;
+        self.delete_security_group(service).await
+    }
+
+    async fn delete_service_load_balancer_only(
         &self,
         cluster: &str,
         service: &KubeService,

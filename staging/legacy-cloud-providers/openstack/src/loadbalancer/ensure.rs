@@ -339,6 +339,8 @@ impl OpenStackCloud {
         let annotated = self.annotate(service, notes).await;
         let address = served?;
         annotated?;
+        self.reconcile_security_group(cluster, service, &ports, &opts, &allowed_cidrs, nodes, &members)
+            .await?;
         Ok((
             status_for(
                 &address,

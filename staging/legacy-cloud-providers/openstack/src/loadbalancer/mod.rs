@@ -38,6 +38,7 @@ mod floating_subnet;
 mod listeners;
 mod octavia;
 mod options;
+mod security_group;
 pub mod tls;
 
 pub use autodetect::node_address_for_subnet;
@@ -46,6 +47,8 @@ pub use floating_ip::floating_ip_description;
 pub use floating_subnet::{FloatingSubnetSpec, SubnetMatcher};
 pub use octavia::{OctaviaFeature, OctaviaLoadBalancer, octavia_api_version};
 pub use options::*;
+pub(crate) use security_group::SecurityGroup;
+pub use security_group::{security_group_description, security_group_name};
 
 /// The Service status OCCM writes: the hostname when one is asked for, else the address with
 /// `ipMode: Proxy` when the pools speak PROXY protocol (kube-proxy must then send in-cluster
