@@ -9,6 +9,7 @@ mod defaults;
 mod dual_stack;
 mod env;
 mod floating_ips;
+mod networks;
 mod safety;
 mod security_groups;
 mod sharing;

@@ -369,12 +369,17 @@ impl OpenStackCloud {
         if tags {
             body["tags"] = json!([name]);
         }
+        // As OCCM: a port, else the network and the subnet as set (Octavia refuses a subnet
+        // that is not on the network, rather than one of them being dropped silently).
         if !opts.port_id.is_empty() {
             body["vip_port_id"] = json!(opts.port_id);
-        } else if !opts.subnet_id.is_empty() {
-            body["vip_subnet_id"] = json!(opts.subnet_id);
         } else {
-            body["vip_network_id"] = json!(opts.network_id);
+            if !opts.network_id.is_empty() {
+                body["vip_network_id"] = json!(opts.network_id);
+            }
+            if !opts.subnet_id.is_empty() {
+                body["vip_subnet_id"] = json!(opts.subnet_id);
+            }
         }
         let provider = &self.config.load_balancer.lb_provider;
         if !provider.is_empty() {
