@@ -272,7 +272,8 @@ async fn node_selector_x_forwarded_for_and_local_traffic_monitors_reach_octavia(
 /// `loadbalancer.openstack.org/class` picks a `[LoadBalancerClass "…"]` of the config: its
 /// floating subnet (a second subnet of the external network) gives the Service its address; a
 /// class the config lacks is a Warning naming the classes it has. The floating subnet is also
-/// chosen by a name glob (`floating-subnet`) and by a tag (`floating-subnet-tags`).
+/// chosen by a name glob (`floating-subnet`), by a tag (`floating-subnet-tags`) and by ID
+/// (`floating-subnet-id`).
 #[tokio::test]
 async fn load_balancer_classes_and_floating_subnet_patterns_choose_the_floating_subnet() -> Result<()> {
     let env = env_full(
@@ -350,6 +351,15 @@ async fn load_balancer_classes_and_floating_subnet_patterns_choose_the_floating_
     );
     let by_tag = env.ingress("by-tag").await?;
     assert!(by_tag.starts_with("172.24.9."), "the tagged subnet: {by_tag}");
+    let second = env.public_second_subnet.clone().context("second subnet")?;
+    env.services
+        .create(
+            &PostParams::default(),
+            &annotated("by-id", "floating-subnet-id", &second),
+        )
+        .await?;
+    let by_id = env.ingress("by-id").await?;
+    assert!(by_id.starts_with("172.24.9."), "the subnet by its ID: {by_id}");
     env.service("plain", None).await?;
     let plain = env.ingress("plain").await?;
     // Neutron picks a subnet of the external network by itself: either one.
@@ -357,7 +367,7 @@ async fn load_balancer_classes_and_floating_subnet_patterns_choose_the_floating_
         plain.starts_with("172.24.4.") || plain.starts_with("172.24.9."),
         "without a choice, an address of the external network: {plain}"
     );
-    for s in ["second", "by-name", "by-tag", "plain"] {
+    for s in ["second", "by-name", "by-tag", "by-id", "plain"] {
         env.delete_service(s).await?;
     }
     Ok(())

@@ -1,6 +1,6 @@
 //! Where a load balancer goes and what stays after it, read back from Octavia and neutron:
-//! `network-id` with `member-subnet-id`, `port-id`, `loadBalancerSourceRanges`,
-//! `keep-floatingip`, `[LoadBalancer] lb-method` and `cascade-delete = false`.
+//! `network-id` or `subnet-id` with `member-subnet-id`, `port-id`, `loadBalancerSourceRanges`,
+//! `keep-floatingip`, `lb-method` (config and annotation) and `cascade-delete = false`.
 
 use anyhow::{Context, Result};
 use kube::api::PostParams;
@@ -23,8 +23,9 @@ fn annotated(name: &str, annotations: &[(&str, &str)]) -> k8s_openapi::api::core
 /// stay on the Nodes' subnet (`member-subnet-id`); an external one on a port the user made
 /// (`port-id`) with `loadBalancerSourceRanges` (the listener's allowed CIDRs) and
 /// `keep-floatingip` (its floating IP stays, detached, when the Service goes); both with the
-/// config's `lb-method` on their pools; with `cascade-delete = false` each load balancer is
-/// deleted listener and pool first, not in one cascading call.
+/// config's `lb-method` on their pools; a third on a VIP subnet by annotation (`subnet-id`)
+/// with its own `lb-method`; with `cascade-delete = false` each load balancer is deleted
+/// listener and pool first, not in one cascading call.
 #[tokio::test]
 async fn vip_network_port_member_subnet_source_ranges_and_what_stays_reach_openstack() -> Result<()> {
     let env = env_full(
@@ -70,6 +71,29 @@ async fn vip_network_port_member_subnet_source_ranges_and_what_stays_reach_opens
     );
     assert_eq!(o.pools[0]["lb_algorithm"], "LEAST_CONNECTIONS");
 
+    // The VIP subnet by annotation, and the pools' algorithm over the config's.
+    let by_subnet = annotated(
+        "by-subnet",
+        &[
+            ("loadbalancer.openstack.org/subnet-id", &vip.subnet_id),
+            (
+                "loadbalancer.openstack.org/member-subnet-id",
+                &env.private.subnet_id,
+            ),
+            ("loadbalancer.openstack.org/lb-method", "SOURCE_IP"),
+            (
+                "service.beta.kubernetes.io/openstack-internal-load-balancer",
+                "true",
+            ),
+        ],
+    );
+    env.services.create(&PostParams::default(), &by_subnet).await?;
+    env.ingress("by-subnet").await?;
+    let lb = env.load_balancer("by-subnet").await?;
+    assert_eq!(lb["vip_subnet_id"], vip.subnet_id.as_str());
+    let o = env.octavia_objects(lb["id"].as_str().context("id")?).await?;
+    assert_eq!(o.pools[0]["lb_algorithm"], "SOURCE_IP");
+
     let port = env.project.port("users-vip", &env.private).await?;
     let mut kept = annotated(
         "kept",
@@ -113,5 +137,6 @@ async fn vip_network_port_member_subnet_source_ranges_and_what_stays_reach_opens
         .context("keep-floatingip: the floating IP stays")?;
     assert!(fip["port_id"].is_null(), "detached: {fip}");
     env.delete_service("split").await?;
+    env.delete_service("by-subnet").await?;
     Ok(())
 }
