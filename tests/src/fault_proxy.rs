@@ -57,6 +57,24 @@ pub enum Action {
     },
 }
 
+/// The proxy's certificate chain and key from these PEM files (and rustls' provider set up).
+fn server_identity(
+    cert: &Path,
+    key: &Path,
+) -> Result<(
+    Vec<rustls::pki_types::CertificateDer<'static>>,
+    rustls::pki_types::PrivateKeyDer<'static>,
+)> {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+    crate::init();
+    let certs = CertificateDer::pem_file_iter(cert)
+        .context("proxy certificate")?
+        .collect::<Result<Vec<_>, _>>()
+        .context("proxy certificate")?;
+    let key = PrivateKeyDer::from_pem_file(key).context("proxy key")?;
+    Ok((certs, key))
+}
+
 /// One kind of fault injected at random by [`FaultProxy::set_random_faults`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum FaultKind {
@@ -356,13 +374,7 @@ impl FaultProxy {
     /// A TLS proxy in front of `upstream` (`https://…`), serving the certificate and key at
     /// these PEM paths.
     pub async fn start_tls(upstream: &str, cert: &Path, key: &Path) -> Result<Self> {
-        use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
-        crate::init();
-        let certs = CertificateDer::pem_file_iter(cert)
-            .context("proxy certificate")?
-            .collect::<Result<Vec<_>, _>>()
-            .context("proxy certificate")?;
-        let key = PrivateKeyDer::from_pem_file(key).context("proxy key")?;
+        let (certs, key) = server_identity(cert, key)?;
         let config = rustls::ServerConfig::builder()
             .with_no_client_auth()
             .with_single_cert(certs, key)
@@ -373,13 +385,8 @@ impl FaultProxy {
     /// A TLS proxy that also demands a client certificate signed by the CA at `client_ca`
     /// (PEM): a client without one fails its handshake.
     pub async fn start_mutual_tls(upstream: &str, cert: &Path, key: &Path, client_ca: &Path) -> Result<Self> {
-        use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
-        crate::init();
-        let certs = CertificateDer::pem_file_iter(cert)
-            .context("proxy certificate")?
-            .collect::<Result<Vec<_>, _>>()
-            .context("proxy certificate")?;
-        let key = PrivateKeyDer::from_pem_file(key).context("proxy key")?;
+        use rustls::pki_types::{CertificateDer, pem::PemObject};
+        let (certs, key) = server_identity(cert, key)?;
         let mut roots = rustls::RootCertStore::empty();
         for ca in CertificateDer::pem_file_iter(client_ca).context("client CA")? {
             roots.add(ca.context("client CA")?).context("client CA")?;

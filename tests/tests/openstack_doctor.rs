@@ -218,3 +218,163 @@ async fn keystone_over_https_with_its_own_ca_and_client_certificates() -> Result
     .await?;
     Ok(())
 }
+
+/// Every form of keystone credentials OCCM's `[Global]` takes authenticates for real (the
+/// doctor's keystone check, and nova read with the token's catalog): user and project by ID;
+/// the user's and project's domains by name; an application credential by ID, and by name
+/// with its user; a trust the user granted, used by a trustee (`trust-id`, `trustee-id`,
+/// `trustee-password`); and a `clouds.yaml` (`use-clouds`, `clouds-file`, `cloud`). A wrong
+/// application-credential secret is refused by keystone and named; `os-endpoint-type =
+/// internalURL` looks for internal endpoints (this region has only public ones).
+#[tokio::test]
+async fn keystone_credentials_in_every_form_authenticate() -> Result<()> {
+    let os = OpenStack::shared().await?;
+    let (cluster, project) = tokio::try_join!(TestCluster::start(), os.project("credentials"))?;
+    let kubeconfig = cluster.ccm_kubeconfig("openstack/base")?;
+    let admin = &project.admin;
+    let user_id = admin
+        .get(&format!("{KEYSTONE}/users?name={}", project.name))
+        .await?["users"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let admin_id = admin.get(&format!("{KEYSTONE}/users?name=admin")).await?["users"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let credential = project
+        .session
+        .post(
+            &format!("{KEYSTONE}/users/{user_id}/application_credentials"),
+            serde_json::json!({"application_credential": {"name": "ccm"}}),
+        )
+        .await?;
+    let (credential_id, secret) = (
+        credential["application_credential"]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        credential["application_credential"]["secret"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    );
+    rcp_e2e::secrets::register(&secret);
+    let trust = project
+        .session
+        .post(
+            &format!("{KEYSTONE}/OS-TRUST/trusts"),
+            serde_json::json!({"trust": {"trustor_user_id": user_id, "trustee_user_id": admin_id,
+                   "project_id": project.id, "impersonation": false,
+                   "roles": [{"name": "member"}, {"name": "load-balancer_member"}]}}),
+        )
+        .await?["trust"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let dir = cluster.dir().join("credentials");
+    std::fs::create_dir_all(&dir)?;
+    let clouds = dir.join("clouds.yaml");
+    std::fs::write(
+        &clouds,
+        format!(
+            "clouds:\n  test:\n    auth:\n      auth_url: {KEYSTONE}\n      username: {}\n      password: {}\n      project_name: {}\n      user_domain_name: Default\n      project_domain_name: Default\n    region_name: {}\n",
+            project.name, project.password, project.name, project.region
+        ),
+    )?;
+    let region = &project.region;
+    let forms = [
+        (
+            "IDs",
+            format!(
+                "auth-url = {KEYSTONE}\nuser-id = {user_id}\npassword = {}\ntenant-id = {}\nregion = {region}\n",
+                project.password, project.id
+            ),
+        ),
+        (
+            "domains by name",
+            format!(
+                "auth-url = {KEYSTONE}\nusername = {}\npassword = {}\ntenant-name = {}\nuser-domain-name = Default\ntenant-domain-name = Default\nregion = {region}\n",
+                project.name, project.password, project.name
+            ),
+        ),
+        (
+            "domains by ID",
+            format!(
+                "auth-url = {KEYSTONE}\nusername = {}\npassword = {}\ntenant-name = {}\nuser-domain-id = default\ntenant-domain-id = default\nregion = {region}\n",
+                project.name, project.password, project.name
+            ),
+        ),
+        (
+            "one domain for both",
+            format!(
+                "auth-url = {KEYSTONE}\nusername = {}\npassword = {}\ntenant-name = {}\ndomain-id = default\nregion = {region}\n",
+                project.name, project.password, project.name
+            ),
+        ),
+        (
+            "application credential by ID",
+            format!(
+                "auth-url = {KEYSTONE}\napplication-credential-id = {credential_id}\napplication-credential-secret = {secret}\nregion = {region}\n"
+            ),
+        ),
+        (
+            "application credential by name",
+            format!(
+                "auth-url = {KEYSTONE}\napplication-credential-name = ccm\napplication-credential-secret = {secret}\nusername = {}\nuser-domain-name = Default\nregion = {region}\n",
+                project.name
+            ),
+        ),
+        (
+            "trust",
+            format!(
+                "auth-url = {KEYSTONE}\ntrust-id = {trust}\ntrustee-id = {admin_id}\ntrustee-password = {}\nregion = {region}\n",
+                os.admin_password()
+            ),
+        ),
+        (
+            "clouds.yaml",
+            format!(
+                "use-clouds = true\nclouds-file = {}\ncloud = test\n",
+                clouds.display()
+            ),
+        ),
+    ];
+    let run = |global: &str| -> Result<Vec<String>> {
+        let file = dir.join("cloud.conf");
+        std::fs::write(
+            &file,
+            format!("[Global]\n{global}[LoadBalancer]\nenabled = false\n"),
+        )?;
+        Ok(vec![
+            format!("--cloud-config={}", file.display()),
+            format!("--kubeconfig={}", kubeconfig.display()),
+        ])
+    };
+    for (form, global) in &forms {
+        let (_, out) = doctor(&run(global)?).await?;
+        for check in ["keystone", "nova"] {
+            assert!(
+                out.lines().any(|l| l.starts_with(check) && l.contains(" ok ")),
+                "{form}: {check} passes:\n{out}"
+            );
+        }
+        assert!(!out.contains(&secret), "{form}: no secret in the output");
+    }
+    let wrong = format!(
+        "auth-url = {KEYSTONE}\napplication-credential-id = {credential_id}\napplication-credential-secret = not-the-secret\nregion = {region}\n"
+    );
+    let (_, out) = doctor(&run(&wrong)?).await?;
+    assert!(
+        failed(&out).iter().any(|f| f == "keystone") && out.contains("401"),
+        "a wrong secret is refused: {out}"
+    );
+    // os-endpoint-type: internal endpoints, which this region's catalog lacks.
+    let internal = format!("{}os-endpoint-type = internalURL\n", &forms[1].1);
+    let (_, out) = doctor(&run(&internal)?).await?;
+    assert!(
+        !failed(&out).is_empty() && out.contains("no internal endpoint") && out.contains("os-endpoint-type"),
+        "the catalog is read for internal endpoints, and the fix names the key: {out}"
+    );
+    Ok(())
+}

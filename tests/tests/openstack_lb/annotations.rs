@@ -43,10 +43,14 @@ async fn annotations_reach_octavia_and_follow_changes() -> Result<()> {
             ("connection-limit", "100"),
             ("timeout-client-data", "60000"),
             ("timeout-member-connect", "4000"),
+            ("timeout-member-data", "40000"),
+            ("timeout-tcp-inspect", "1000"),
             ("proxy-protocol", "v2"),
             ("enable-health-monitor", "true"),
             ("health-monitor-delay", "10"),
+            ("health-monitor-timeout", "5"),
             ("health-monitor-max-retries", "2"),
+            ("health-monitor-max-retries-down", "4"),
             ("hostname", "tuned.example.test"),
         ])["metadata"]["annotations"]
             .clone(),
@@ -71,6 +75,8 @@ async fn annotations_reach_octavia_and_follow_changes() -> Result<()> {
     assert_eq!(listeners[0]["connection_limit"], 100);
     assert_eq!(listeners[0]["timeout_client_data"], 60000);
     assert_eq!(listeners[0]["timeout_member_connect"], 4000);
+    assert_eq!(listeners[0]["timeout_member_data"], 40000);
+    assert_eq!(listeners[0]["timeout_tcp_inspect"], 1000);
     assert_eq!(pools.len(), 1, "{pools:?}");
     assert_eq!(pools[0]["protocol"], "PROXYV2");
     assert_eq!(
@@ -79,7 +85,9 @@ async fn annotations_reach_octavia_and_follow_changes() -> Result<()> {
     );
     assert_eq!(monitors.len(), 1, "{monitors:?}");
     assert_eq!(monitors[0]["delay"], 10);
+    assert_eq!(monitors[0]["timeout"], 5);
     assert_eq!(monitors[0]["max_retries"], 2);
+    assert_eq!(monitors[0]["max_retries_down"], 4);
     let first_pool = pools[0]["id"].clone();
 
     // Without the hostname annotation: `<address>.<suffix>` (PROXY protocol is on).

@@ -5,6 +5,7 @@
 use anyhow::{Context, Result};
 use kube::api::PostParams;
 use rcp_e2e::k8s::load_balancer_service;
+use serde_json::json;
 
 use crate::env::*;
 
@@ -23,7 +24,7 @@ fn annotated(name: &str, annotations: &[(&str, &str)]) -> k8s_openapi::api::core
 /// stay on the Nodes' subnet (`member-subnet-id`); an external one on a port the user made
 /// (`port-id`) with `loadBalancerSourceRanges` (the listener's allowed CIDRs) and
 /// `keep-floatingip` (its floating IP stays, detached, when the Service goes); both with the
-/// config's `lb-method` on their pools; a third on a VIP subnet by annotation (`subnet-id`)
+/// config's `lb-method` and monitor settings on their pools; a third on a VIP subnet by annotation (`subnet-id`)
 /// with its own `lb-method`; with `cascade-delete = false` each load balancer is deleted
 /// listener and pool first, not in one cascading call.
 #[tokio::test]
@@ -31,7 +32,7 @@ async fn vip_network_port_member_subnet_source_ranges_and_what_stays_reach_opens
     let env = env_full(
         "lb-networks",
         Setup {
-            load_balancer_lines: "cascade-delete = false\nlb-method = LEAST_CONNECTIONS\n",
+            load_balancer_lines: "cascade-delete = false\nlb-method = LEAST_CONNECTIONS\ncreate-monitor = true\nmonitor-delay = 9s\nmonitor-timeout = 4s\nmonitor-max-retries = 3\nmonitor-max-retries-down = 5\n",
             // No subnet-id in the config: the annotations choose.
             detect_networks: true,
             ..Default::default()
@@ -70,6 +71,21 @@ async fn vip_network_port_member_subnet_source_ranges_and_what_stays_reach_opens
         "members on the Nodes' subnet"
     );
     assert_eq!(o.pools[0]["lb_algorithm"], "LEAST_CONNECTIONS");
+    // The config's monitor settings.
+    let monitor = o
+        .monitors
+        .iter()
+        .find(|m| m["pools"][0]["id"] == o.pools[0]["id"])
+        .context("the pool's monitor")?;
+    assert_eq!(
+        (
+            &monitor["delay"],
+            &monitor["timeout"],
+            &monitor["max_retries"],
+            &monitor["max_retries_down"]
+        ),
+        (&json!(9), &json!(4), &json!(3), &json!(5))
+    );
 
     // The VIP subnet by annotation, and the pools' algorithm over the config's.
     let by_subnet = annotated(

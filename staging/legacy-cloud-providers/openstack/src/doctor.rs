@@ -78,7 +78,9 @@ impl OpenStackCloud {
                 ),
             )),
             Err(e) => {
-                let fix = if e.to_string().to_ascii_lowercase().contains("certificate") {
+                let fix = if matches!(e, ClientError::NoEndpoint { .. }) {
+                    fix(&e)
+                } else if e.to_string().to_ascii_lowercase().contains("certificate") {
                     "fix: [Global] ca-file (the CA that signed keystone's certificate), cert-file and key-file (when keystone asks for a client certificate)"
                 } else {
                     "fix: the [Global] credentials, auth-url and region"

@@ -22,20 +22,28 @@ use crate::{
 
 /// A neutron port's fixed IP.
 #[derive(Debug, Deserialize)]
-struct FixedIp {
+pub(super) struct FixedIp {
     #[serde(default)]
-    subnet_id: String,
+    pub(super) subnet_id: String,
     #[serde(default)]
-    ip_address: String,
+    pub(super) ip_address: String,
 }
 
-/// A neutron port, as far as detection reads it.
+/// A neutron port, as detection and security groups read it.
 #[derive(Debug, Deserialize)]
-struct Port {
+pub(super) struct Port {
     #[serde(default)]
-    device_id: String,
+    pub(super) id: String,
     #[serde(default)]
-    fixed_ips: Vec<FixedIp>,
+    pub(super) device_id: String,
+    #[serde(default)]
+    pub(super) fixed_ips: Vec<FixedIp>,
+    #[serde(default)]
+    pub(super) security_groups: Vec<String>,
+    #[serde(default)]
+    pub(super) port_security_enabled: Option<bool>,
+    #[serde(default)]
+    pub(super) tags: Vec<String>,
 }
 
 /// The address OCCM takes a Node's subnet from: its first InternalIP of the family, else its
@@ -108,14 +116,26 @@ impl OpenStackCloud {
         let address = node_address_for_subnet(node, ipv6).ok_or_else(|| {
             format!("Node {name} has no InternalIP or ExternalIP of the Service's family ({family})")
         })?;
+        let (server, ports) = self.ports_of_node(node).await.map_err(|e| e.to_string())?;
+        ports
+            .iter()
+            .flat_map(|p| &p.fixed_ips)
+            .find(|ip| ip.ip_address == address && !ip.subnet_id.is_empty())
+            .map(|ip| ip.subnet_id.clone())
+            .ok_or_else(|| format!("no port of server {server} (Node {name}) has its address {address}"))
+    }
+
+    /// The neutron ports of the Node's server (named by its provider ID): `(server ID, ports)`.
+    pub(super) async fn ports_of_node(&self, node: &Node) -> CloudResult<(String, Vec<Port>)> {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
         let provider_id = node
             .spec
             .as_ref()
             .and_then(|s| s.provider_id.as_deref())
             .unwrap_or_default();
         let server = server_id_from_provider_id(provider_id, &self.config.global.region)
-            .map_err(|e| format!("Node {name}: {e}"))?;
-        let ports: Vec<Port> = self
+            .map_err(|e| CloudError::msg(format!("Node {name}: {e}")))?;
+        let ports = self
             .client
             .list(
                 Service::Network,
@@ -123,15 +143,8 @@ impl OpenStackCloud {
                 "ports",
             )
             .await
-            .map_err(|e| {
-                cloud_error(format!("listing the ports of server {server} (Node {name})"), e).to_string()
-            })?;
-        ports
-            .iter()
-            .flat_map(|p| &p.fixed_ips)
-            .find(|ip| ip.ip_address == address && !ip.subnet_id.is_empty())
-            .map(|ip| ip.subnet_id.clone())
-            .ok_or_else(|| format!("no port of server {server} (Node {name}) has its address {address}"))
+            .map_err(|e| cloud_error(format!("listing the ports of server {server} (Node {name})"), e))?;
+        Ok((server, ports))
     }
 
     /// The floating network OCCM detects for an external Service when none is configured: an

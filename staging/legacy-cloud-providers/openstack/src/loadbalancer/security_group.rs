@@ -21,11 +21,11 @@ use k8s_openapi::api::core::v1::{Node, Service as KubeService};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{ensure::Members, options::*};
+use super::{autodetect::Port, ensure::Members, options::*};
 use crate::{
     OpenStackCloud,
     client::{ClientError, Service, query_escape},
-    cloud_error, server_id_from_provider_id,
+    cloud_error,
 };
 
 /// OCCM's group name for a Service (neutron allows 255 bytes).
@@ -98,28 +98,6 @@ impl Rule {
             self.port_range_max,
         )
     }
-}
-
-/// A Node's neutron port, as far as groups go.
-#[derive(Debug, Deserialize)]
-struct Port {
-    id: String,
-    #[serde(default)]
-    security_groups: Vec<String>,
-    #[serde(default)]
-    port_security_enabled: Option<bool>,
-    #[serde(default)]
-    fixed_ips: Vec<FixedIp>,
-    #[serde(default)]
-    tags: Vec<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct FixedIp {
-    #[serde(default)]
-    subnet_id: String,
-    #[serde(default)]
-    ip_address: String,
 }
 
 /// The rules the Service's group should have: TCP from the members' subnet to the
@@ -298,27 +276,7 @@ impl OpenStackCloud {
             else {
                 continue;
             };
-            let provider_id = node
-                .spec
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
-                .unwrap_or_default();
-            let server = server_id_from_provider_id(provider_id, &self.config.global.region)
-                .map_err(|e| CloudError::msg(format!("Node {node_name}: {e}")))?;
-            let node_ports: Vec<Port> = self
-                .client
-                .list(
-                    Service::Network,
-                    &format!("/ports?device_id={}", query_escape(&server)),
-                    "ports",
-                )
-                .await
-                .map_err(|e| {
-                    cloud_error(
-                        format!("listing the ports of Node {node_name}'s server {server}"),
-                        e,
-                    )
-                })?;
+            let (_, node_ports) = self.ports_of_node(node).await?;
             for port in node_ports {
                 let member_port = port.fixed_ips.iter().any(|ip| {
                     ip.ip_address == *address
