@@ -649,12 +649,19 @@ impl Project {
     /// Boots a server of the flavor `flavor` (an ID) on `network` and waits until it is
     /// ACTIVE; returns its ID.
     pub async fn server_with_flavor(&self, name: &str, network: &Network, flavor: &str) -> Result<String> {
+        self.server_on(name, &[network], flavor).await
+    }
+
+    /// Boots a server of the flavor `flavor` with a port on each of `networks` and waits until
+    /// it is ACTIVE; returns its ID.
+    pub async fn server_on(&self, name: &str, networks: &[&Network], flavor: &str) -> Result<String> {
         let s = &self.session;
+        let nets: Vec<Value> = networks.iter().map(|n| json!({"uuid": n.id})).collect();
         let v = s
             .post(
                 &format!("{NOVA}/servers"),
                 json!({"server": {"name": name, "imageRef": self.image, "flavorRef": flavor,
-                       "networks": [{"uuid": network.id}]}}),
+                       "networks": nets}}),
             )
             .await?;
         let id = v["server"]["id"].as_str().unwrap_or_default().to_string();

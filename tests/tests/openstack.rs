@@ -774,3 +774,67 @@ async fn os_ccm_regional_gives_regional_provider_ids() -> Result<()> {
     .await?;
     Ok(())
 }
+
+/// `[Networking]` as OCCM, on a server with a port on three networks: the address on a
+/// `public-network-name` network is the ExternalIP, the one on the `internal-network-name`
+/// network the InternalIP, a network named by neither gives none; `ipv6-support-disabled`
+/// leaves the internal network's IPv6 address out; `address-sort-order` puts the internal
+/// subnet first (by network name the `edge` address would come first).
+#[tokio::test]
+async fn networking_keys_choose_and_order_the_node_addresses() -> Result<()> {
+    let os = OpenStack::shared().await?;
+    let (cluster, project) = tokio::try_join!(TestCluster::start(), os.project("networking"))?;
+    let private = project.network("private", "10.7.0.0/24").await?;
+    project
+        .session
+        .post(
+            &format!("{}/subnets", rcp_e2e::openstack::NEUTRON),
+            serde_json::json!({"subnet": {"name": "private-v6", "network_id": private.id, "ip_version": 6,
+                   "cidr": "fd00:7::/64"}}),
+        )
+        .await?;
+    let edge = project.network("edge", "10.9.0.0/24").await?;
+    let other = project.network("other", "10.10.0.0/24").await?;
+    let id = project
+        .server_on("node-0", &[&private, &edge, &other], FLAVOR)
+        .await?;
+    let server = project.server_json(&id).await?;
+    let v6 = server["addresses"]["private"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|a| a["version"] == 6));
+    assert!(v6, "the server has an IPv6 address to leave out: {server}");
+    let _ccm = start_ccm(
+        &cluster,
+        &format!(
+            "{}[LoadBalancer]\nenabled = false\n[Networking]\npublic-network-name = edge\ninternal-network-name = private\nipv6-support-disabled = true\naddress-sort-order = 10.7.0.0/24\n",
+            project.global_section()
+        ),
+        "ccm-openstack-networking",
+        &[],
+    )?;
+    let nodes: Api<Node> = Api::all(cluster.client().await?);
+    nodes
+        .create(&PostParams::default(), &tainted_node("node-0"))
+        .await?;
+    let n = wait_for("node-0 initialised", T, || initialised(&nodes, "node-0")).await?;
+    let got: Vec<(String, String)> = addresses(&n)
+        .iter()
+        .map(|a| (a.type_.clone(), a.address.clone()))
+        .collect();
+    let ipv4 = |network: &str| {
+        server["addresses"][network]
+            .as_array()
+            .and_then(|a| a.iter().find(|a| a["version"] == 4))
+            .and_then(|a| a["addr"].as_str())
+            .map(str::to_string)
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        got,
+        [
+            ("InternalIP".to_string(), ipv4("private")),
+            ("ExternalIP".to_string(), ipv4("edge")),
+        ]
+    );
+    Ok(())
+}
