@@ -20,7 +20,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use k8s_controller_manager::{informer::Store, metrics::Metrics, writes::DryRun};
+use k8s_controller_manager::{events::EventRecorder, informer::Store, metrics::Metrics, writes::DryRun};
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, NodeAddress, Service};
 use kube::Client;
 use tokio_util::sync::CancellationToken;
@@ -46,6 +46,11 @@ pub struct InitContext {
     /// the [`LoadBalancer`] and [`Routes`] calls (which the framework already keeps from the
     /// cloud), and records each write it does not make with [`DryRun::record`].
     pub dry_run: Option<DryRun>,
+    /// Records Events for the provider (component `cloud-provider-<name>`, as OCCM's), e.g. a
+    /// Warning on a Service whose load balancer lacks something the provider could not find.
+    /// Written by the framework's event writer (deduplicated, bounded; a dry run under
+    /// `--dry-run`).
+    pub events: EventRecorder,
 }
 
 impl std::fmt::Debug for InitContext {

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use kube::api::PostParams;
 use rcp_e2e::{
     fault_proxy::{Action, Rule},
-    k8s::load_balancer_service,
+    k8s::{load_balancer_service, wait_for_event},
 };
 
 use crate::env::*;
@@ -189,5 +189,44 @@ async fn flavor_and_availability_zone_are_sent_only_where_octavia_has_them() -> 
         "the CCM says what it left out:\n{log}"
     );
     env.delete_service("gated").await?;
+    Ok(())
+}
+
+/// With `floating-network-id` unset and no external network to detect (neutron answers none),
+/// an external Service shows its VIP and gets OCCM's Warning
+/// `LoadBalancerExternalNetworkSearchFailed`, recorded as OCCM's component
+/// (`cloud-provider-openstack`) through the framework's provider Event recorder.
+#[tokio::test]
+async fn no_external_network_to_detect_is_a_warning_on_the_service() -> Result<()> {
+    let env = env_full(
+        "lb-no-external",
+        Setup {
+            detect_networks: true,
+            ..Default::default()
+        },
+    )
+    .await?;
+    env.project.neutron_proxy.add(Rule::new(
+        &["router:external"],
+        Action::Respond {
+            status: 200,
+            body: r#"{"networks": []}"#.into(),
+        },
+    ));
+    env.service("bare", None).await?;
+    let address = env.ingress("bare").await?;
+    assert!(address.starts_with("10.2.0."), "{address}: the VIP");
+    let events = wait_for_event(&env.client, "default", "bare", T, |reason, message| {
+        reason == "LoadBalancerExternalNetworkSearchFailed" && message.contains("floating-network-id")
+    })
+    .await?;
+    assert!(
+        events.iter().any(
+            |(reason, _, component)| reason == "LoadBalancerExternalNetworkSearchFailed"
+                && component == "cloud-provider-openstack"
+        ),
+        "{events:?}"
+    );
+    assert!(env.project.floating_ips().await?.is_empty(), "no floating IP");
     Ok(())
 }

@@ -139,6 +139,9 @@ impl<F: FnOnce() + Send + Clone + 'static> Held<'_, F> {
                         nodes: running2.ctx.nodes.store(),
                         shutdown: stop.clone(),
                         dry_run,
+                        events: running2
+                            .events
+                            .recorder(&provider_component(cloud2.provider_name())),
                     })
                     .await
                 {
@@ -486,6 +489,7 @@ pub(super) async fn prepare(
             nodes: ctx.nodes.store(),
             shutdown: stop.clone(),
             dry_run,
+            events: events.recorder(&provider_component(cloud.provider_name())),
         })
         .await
         .map_err(|e| AppError::Initialize(e.to_string()))?;
@@ -560,4 +564,10 @@ pub(super) async fn start_set(
             tokio::time::sleep(opts.generic.controller_start_interval.mul_f64(jitter)).await;
         }
     }
+}
+
+/// The component a provider's own Events are recorded under: `cloud-provider-<name>` (OCCM's
+/// `cloud-provider-openstack`).
+fn provider_component(provider: &str) -> String {
+    format!("cloud-provider-{provider}")
 }

@@ -107,6 +107,8 @@ pub struct OpenStackCloud {
     /// The API server, from [`CloudProvider::initialize`]: a load balancer named for another
     /// Service is deleted only after that Service is read gone.
     kube: std::sync::OnceLock<kube::Client>,
+    /// The provider's Event recorder, from [`CloudProvider::initialize`] (OCCM's Warnings).
+    events: std::sync::OnceLock<k8s_controller_manager::events::EventRecorder>,
 }
 
 impl std::fmt::Debug for OpenStackCloud {
@@ -235,6 +237,7 @@ impl OpenStackCloud {
             lb_wait,
             regional_provider_ids,
             kube: std::sync::OnceLock::new(),
+            events: std::sync::OnceLock::new(),
         })
     }
 
@@ -366,6 +369,7 @@ impl CloudProvider for OpenStackCloud {
 
     async fn initialize(&self, ctx: InitContext) -> CloudResult<()> {
         let _ = self.kube.set(ctx.client.clone());
+        let _ = self.events.set(ctx.events.clone());
         if let Some(dry_run) = ctx.dry_run {
             // Shadow mode: from now on no OpenStack write is sent (see `set_dry_run`).
             self.client.set_dry_run(dry_run);

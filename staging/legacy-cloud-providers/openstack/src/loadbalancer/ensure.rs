@@ -311,7 +311,12 @@ impl OpenStackCloud {
                     opts.floating_network_id = detected;
                     self.ensure_floating_ip(cluster, service, &lb, &opts).await?
                 } else {
-                    // No external network: the VIP.
+                    // No external network: the VIP, and OCCM's Warning on the Service.
+                    self.warn(
+                        service,
+                        "LoadBalancerExternalNetworkSearchFailed",
+                        "no floating-network-id is configured and the project sees no external network with an IPv4 subnet: the Service's address is its load balancer's VIP (set [LoadBalancer] floating-network-id or the loadbalancer.openstack.org/floating-network-id annotation)",
+                    );
                     lb.vip_address.clone()
                 }
             };

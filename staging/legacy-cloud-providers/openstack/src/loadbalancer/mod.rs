@@ -78,6 +78,22 @@ fn status_for(address: &str, hostname: Option<&str>, proxy_protocol: bool) -> Lo
     }
 }
 
+impl OpenStackCloud {
+    /// A Warning Event on the Service, as OCCM records them (component
+    /// `cloud-provider-openstack`); nothing before [`k8s_cloud_provider::CloudProvider::initialize`].
+    pub(super) fn warn(&self, service: &KubeService, reason: &str, message: &str) {
+        use kube::Resource as _;
+        if let Some(events) = self.events.get() {
+            events.event(
+                &service.object_ref(&()),
+                k8s_controller_manager::events::EventType::Warning,
+                reason,
+                message,
+            );
+        }
+    }
+}
+
 #[async_trait]
 impl LoadBalancer for OpenStackCloud {
     async fn get_load_balancer(
