@@ -230,3 +230,64 @@ async fn no_external_network_to_detect_is_a_warning_on_the_service() -> Result<(
     assert!(env.project.floating_ips().await?.is_empty(), "no floating IP");
     Ok(())
 }
+
+/// Where Octavia has them (the test cloud's Zed Octavia), `flavor-id` and `availability-zone` reach the
+/// new load balancer: an Octavia flavor and availability zone the cloud's admin defined
+/// (amphora provider profiles) are read back from it.
+#[tokio::test]
+async fn flavor_and_availability_zone_reach_octavia_where_it_has_them() -> Result<()> {
+    use rcp_e2e::openstack::OCTAVIA;
+    let env = env("lb-flavor").await?;
+    let admin = &env.project.admin;
+    let suffix = &env.project.name;
+    let profile = admin
+        .post(
+            &format!("{OCTAVIA}/lbaas/flavorprofiles"),
+            serde_json::json!({"flavorprofile": {"name": format!("fp-{suffix}"), "provider_name": "amphora",
+                   "flavor_data": "{\"loadbalancer_topology\": \"SINGLE\"}"}}),
+        )
+        .await?;
+    let flavor = admin
+        .post(
+            &format!("{OCTAVIA}/lbaas/flavors"),
+            serde_json::json!({"flavor": {"name": format!("f-{suffix}"), "enabled": true,
+                   "flavor_profile_id": profile["flavorprofile"]["id"]}}),
+        )
+        .await?["flavor"]["id"]
+        .as_str()
+        .context("flavor id")?
+        .to_string();
+    let zone_profile = admin
+        .post(
+            &format!("{OCTAVIA}/lbaas/availabilityzoneprofiles"),
+            serde_json::json!({"availability_zone_profile": {"name": format!("azp-{suffix}"), "provider_name": "amphora",
+                   "availability_zone_data": "{\"compute_zone\": \"nova\"}"}}),
+        )
+        .await?;
+    let zone = format!("az-{suffix}");
+    admin
+        .post(
+            &format!("{OCTAVIA}/lbaas/availabilityzones"),
+            serde_json::json!({"availability_zone": {"name": zone, "enabled": true,
+                   "availability_zone_profile_id": zone_profile["availability_zone_profile"]["id"]}}),
+        )
+        .await?;
+    let mut svc = load_balancer_service("flavoured", &[], &[(80, "http")]);
+    svc.metadata.annotations = Some(
+        [
+            ("loadbalancer.openstack.org/flavor-id".to_string(), flavor.clone()),
+            (
+                "loadbalancer.openstack.org/availability-zone".to_string(),
+                zone.clone(),
+            ),
+        ]
+        .into(),
+    );
+    env.services.create(&PostParams::default(), &svc).await?;
+    env.ingress("flavoured").await?;
+    let lb = env.load_balancer("flavoured").await?;
+    assert_eq!(lb["flavor_id"], flavor.as_str(), "{lb}");
+    assert_eq!(lb["availability_zone"], zone.as_str(), "{lb}");
+    env.delete_service("flavoured").await?;
+    Ok(())
+}
