@@ -208,6 +208,32 @@ impl OpenStack {
         Ok(os)
     }
 
+    /// For a failing test's output: the last `max` lines of Octavia's log (API and worker) that
+    /// are warnings or errors or name one of `ids`. A wait that times out on the shared cloud is
+    /// otherwise undiagnosable once the cloud is stopped.
+    pub fn octavia_log_excerpt(&self, ids: &[String], max: usize) -> String {
+        let path = self.run_dir.join("logs/octavia.log");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            return format!("(no Octavia log at {})", path.display());
+        };
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                l.contains(" WARNING ")
+                    || l.contains(" ERROR ")
+                    || l.contains(" CRITICAL ")
+                    || ids.iter().any(|id| l.contains(id.as_str()))
+            })
+            .collect();
+        let from = lines.len().saturating_sub(max);
+        format!(
+            "Octavia's log ({}), last {} lines of warnings, errors and {ids:?}:\n{}",
+            path.display(),
+            lines.len() - from,
+            lines[from..].join("\n")
+        )
+    }
+
     async fn ensure_flavor_and_image(&self) -> Result<()> {
         let a = &self.admin;
         let flavors = a.get(&format!("{NOVA}/flavors")).await?;

@@ -16,7 +16,9 @@ use rcp_e2e::{
     openstack::{NEUTRON, Network, OpenStack, Project, start_ccm_with_env},
 };
 
-pub const T: Duration = Duration::from_secs(90);
+/// The bound of every wait on the shared cloud: generous, as three tests share one Octavia on two
+/// cores in CI (a wait bound, not a timing target).
+pub const T: Duration = Duration::from_secs(180);
 
 /// One project with a private network (a server `node-0` on it, its Node initialised), an
 /// external network behind a router, and the CCM configured with both.
@@ -193,11 +195,35 @@ impl Env {
 
     /// Waits for the Service's address in its status.
     pub async fn ingress(&self, name: &str) -> Result<String> {
-        wait_for(&format!("{name}'s ingress"), T, || async {
+        let address = wait_for(&format!("{name}'s ingress"), T, || async {
             ingress_ip(&self.services.get(name).await.ok()?)
         })
-        .await
-        .inspect_err(|_| eprintln!("{}", self.ccm.log()))
+        .await;
+        if address.is_err() {
+            eprintln!("{}", self.octavia_state().await);
+            eprintln!("{}", self.ccm.log());
+        }
+        address
+    }
+
+    /// For a failing test's output: the project's load balancers with their states, and what
+    /// Octavia logged of them (and its warnings and errors).
+    pub async fn octavia_state(&self) -> String {
+        let lbs = match self.project.octavia_list("loadbalancers", "loadbalancers").await {
+            Ok(lbs) => lbs,
+            Err(e) => return format!("(the project's load balancers could not be listed: {e:#})"),
+        };
+        let mut ids = Vec::new();
+        let mut out = String::from("the project's load balancers:\n");
+        for lb in &lbs {
+            let id = lb["id"].as_str().unwrap_or_default().to_string();
+            out.push_str(&format!(
+                "  {id} {} provisioning={} operating={}\n",
+                lb["name"], lb["provisioning_status"], lb["operating_status"]
+            ));
+            ids.push(id);
+        }
+        out + &self.os.octavia_log_excerpt(&ids, 80)
     }
 
     /// The Service's Octavia load balancer (exactly one).
