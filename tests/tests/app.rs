@@ -563,7 +563,9 @@ async fn service_account_credentials_act_as_the_controllers_own_service_accounts
         .delete("system:controller:node-controller", &Default::default())
         .await?;
 
-    let ccm = CcmProcess::start(
+    // No usable temporary directory, as in the shipped DaemonSet (read-only root file system,
+    // no /tmp volume): the controllers' tokens are held in memory, never written to a file.
+    let ccm = CcmProcess::start_with_env(
         FAKE,
         "ccm-sa",
         cluster.kubeconfig_path(),
@@ -572,6 +574,7 @@ async fn service_account_credentials_act_as_the_controllers_own_service_accounts
             &config,
             &["--use-service-account-credentials", "--leader-elect=false"],
         ),
+        &[("TMPDIR", "/nonexistent/read-only-root")],
     )?;
     let nodes: Api<Node> = Api::all(client.clone());
     nodes

@@ -267,7 +267,7 @@ where
 
 /// Builds a client from `config` with a QPS/burst limit and the given user agent.
 pub fn build_client(config: Config, qps: f32, burst: u32, user_agent: &str) -> Result<Client, ClientError> {
-    build(config, qps, burst, user_agent, None)
+    build(config, qps, burst, user_agent, None, None)
 }
 
 /// Builds the client of one controller (or other writer) of a controller manager: like
@@ -287,7 +287,104 @@ pub fn build_writer_client(
         burst,
         user_agent,
         Some(WriteLayer::new(writer, dry_run)),
+        None,
     )
+}
+
+/// [`build_writer_client`] authenticating every request with `token` (which its owner may
+/// [`replace`](BearerToken::replace) at any time) instead of `config`'s credentials, which are
+/// not used: `config`'s client certificate and token are dropped.
+pub fn build_writer_client_with_token(
+    mut config: Config,
+    qps: f32,
+    burst: u32,
+    user_agent: &str,
+    writer: &str,
+    dry_run: Option<DryRun>,
+    token: &BearerToken,
+) -> Result<Client, ClientError> {
+    config.auth_info = Default::default();
+    build(
+        config,
+        qps,
+        burst,
+        user_agent,
+        Some(WriteLayer::new(writer, dry_run)),
+        Some(BearerTokenLayer(token.clone())),
+    )
+}
+
+/// A bearer token held in memory, shared by the clients that send it and whoever renews it.
+/// `--use-service-account-credentials` mints its controllers' tokens this way and never writes
+/// them to a file (the CCM's root file system is read-only and has no `/tmp`). Its `Debug`
+/// never shows the token, and the header is marked sensitive.
+#[derive(Clone)]
+pub struct BearerToken(Arc<parking_lot::RwLock<http::HeaderValue>>);
+
+impl BearerToken {
+    /// A token to send as `Authorization: Bearer <token>`; refused when it cannot be an HTTP
+    /// header value (the error does not contain it).
+    pub fn new(token: &str) -> Result<Self, http::header::InvalidHeaderValue> {
+        Ok(Self(Arc::new(parking_lot::RwLock::new(Self::header(token)?))))
+    }
+
+    /// Replaces the token: every later request of every client sharing it sends the new one.
+    pub fn replace(&self, token: &str) -> Result<(), http::header::InvalidHeaderValue> {
+        *self.0.write() = Self::header(token)?;
+        Ok(())
+    }
+
+    fn header(token: &str) -> Result<http::HeaderValue, http::header::InvalidHeaderValue> {
+        let mut value = http::HeaderValue::from_str(&format!("Bearer {token}"))?;
+        value.set_sensitive(true);
+        Ok(value)
+    }
+}
+
+impl std::fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BearerToken(<redacted>)")
+    }
+}
+
+/// Sets `Authorization` from a [`BearerToken`] on every request.
+#[derive(Debug, Clone)]
+struct BearerTokenLayer(BearerToken);
+
+impl<S> Layer<S> for BearerTokenLayer {
+    type Service = WithBearerToken<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        WithBearerToken {
+            inner,
+            token: self.0.clone(),
+        }
+    }
+}
+
+/// The service made by [`BearerTokenLayer`].
+#[derive(Debug, Clone)]
+struct WithBearerToken<S> {
+    inner: S,
+    token: BearerToken,
+}
+
+impl<S, B> Service<http::Request<B>> for WithBearerToken<S>
+where
+    S: Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        let value = self.token.0.read().clone();
+        req.headers_mut().insert(http::header::AUTHORIZATION, value);
+        self.inner.call(req)
+    }
 }
 
 fn build(
@@ -296,6 +393,7 @@ fn build(
     burst: u32,
     user_agent: &str,
     writes: Option<WriteLayer>,
+    token: Option<BearerTokenLayer>,
 ) -> Result<Client, ClientError> {
     config.headers.push((
         http::header::USER_AGENT,
@@ -308,12 +406,38 @@ fn build(
         .with_layer(&RequestTimeoutLayer::new(API_REQUEST_TIMEOUT))
         .with_layer(&layer)
         .with_layer(&tower::util::option_layer(writes))
+        .with_layer(&tower::util::option_layer(token))
         .build())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_replaced_bearer_token_is_sent_by_every_client_sharing_it() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = {
+            let seen = seen.clone();
+            tower::service_fn(move |req: http::Request<()>| {
+                let value = req.headers().get(http::header::AUTHORIZATION).cloned();
+                seen.lock().push(value);
+                async { Ok::<_, std::convert::Infallible>(http::Response::new(())) }
+            })
+        };
+        let token = BearerToken::new("first").unwrap();
+        let mut svc = BearerTokenLayer(token.clone()).layer(record);
+        let get = || http::Request::get("/api/v1/nodes").body(()).unwrap();
+        svc.call(get()).await.unwrap();
+        token.replace("second").unwrap();
+        svc.call(get()).await.unwrap();
+        let seen = seen.lock();
+        assert_eq!(seen[0].as_ref().unwrap(), "Bearer first");
+        assert_eq!(seen[1].as_ref().unwrap(), "Bearer second");
+        assert!(seen[1].as_ref().unwrap().is_sensitive());
+        assert_eq!(format!("{token:?}"), "BearerToken(<redacted>)");
+        assert!(BearerToken::new("new\nline").is_err());
+    }
 
     #[tokio::test(start_paused = true)]
     async fn requests_but_watches_are_bounded() {

@@ -1,16 +1,16 @@
 //! `--use-service-account-credentials`: one ServiceAccount per controller client name in
 //! `kube-system` (`node-controller`, `service-controller`, `route-controller`), whose tokens
-//! (TokenRequest, 1 h) are written to a private file that the client re-reads, and refreshed
-//! every 20 minutes until shutdown. Shared informers keep the root credentials.
+//! (TokenRequest, 1 h) the client holds in memory (never in a file: the CCM's root file system
+//! is read-only and has no `/tmp`), refreshed every 20 minutes until shutdown. Shared informers
+//! keep the root credentials.
 
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
-use k8s_controller_manager::{client::build_writer_client, private_files};
+use k8s_controller_manager::client::{BearerToken, build_writer_client_with_token};
 use k8s_openapi::api::{authentication::v1::TokenRequest, core::v1::ServiceAccount};
 use kube::{
     Api, Client,
     api::{ObjectMeta, PostParams},
-    config::AuthInfo,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -60,25 +60,6 @@ async fn mint_token(root: &Client, name: &str) -> Result<String, String> {
         .ok_or_else(|| format!("TokenRequest for {NAMESPACE}/{name} returned no token"))
 }
 
-/// The private directory for this process's service-account tokens: a new
-/// `cloud-controller-manager-<pid>-<random>` under the temporary directory, mode 0700 (never an
-/// existing directory, so nobody can plant one for us).
-fn token_dir() -> Result<PathBuf, String> {
-    static DIR: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        private_files::new_private_dir(
-            &std::env::temp_dir(),
-            &format!("cloud-controller-manager-{}", std::process::id()),
-        )
-        .map_err(|e| e.to_string())
-    })
-    .clone()
-}
-
-fn write_private(path: &std::path::Path, token: &str) -> Result<(), String> {
-    private_files::write_private(path, token.as_bytes()).map_err(|e| e.to_string())
-}
-
 /// A client authenticated as the ServiceAccount `kube-system/<name>`.
 pub(super) async fn service_account_client(
     root: &Client,
@@ -88,21 +69,17 @@ pub(super) async fn service_account_client(
     burst: u32,
     shutdown: CancellationToken,
 ) -> Result<Client, String> {
-    let token = mint_token(root, name).await?;
-    let path = token_dir()?.join(format!("{name}.token"));
-    write_private(&path, &token)?;
-    let mut config = base.clone();
-    config.auth_info = AuthInfo {
-        token_file: Some(path.display().to_string()),
-        ..Default::default()
-    };
-    let client = build_writer_client(
-        config,
+    let token = BearerToken::new(&mint_token(root, name).await?).map_err(|_| {
+        format!("the token minted for service account {NAMESPACE}/{name} is not a valid HTTP header value")
+    })?;
+    let client = build_writer_client_with_token(
+        base.clone(),
         qps,
         burst,
         &format!("cloud-controller-manager/{name}"),
         name,
         None,
+        &token,
     )
     .map_err(|e| e.to_string())?;
     let (root, name) = (root.clone(), name.to_string());
@@ -110,15 +87,13 @@ pub(super) async fn service_account_client(
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(REFRESH) => {}
-                _ = shutdown.cancelled() => {
-                    let _ = std::fs::remove_file(&path);
-                    return;
-                }
+                _ = shutdown.cancelled() => return,
             }
-            match mint_token(&root, &name)
-                .await
-                .and_then(|t| write_private(&path, &t))
-            {
+            match mint_token(&root, &name).await.and_then(|t| {
+                token
+                    .replace(&t)
+                    .map_err(|_| "the minted token is not a valid HTTP header value".to_string())
+            }) {
                 Ok(()) => {}
                 Err(e) => {
                     warn!(service_account = %name, error = %e, "could not refresh the controller's token")
