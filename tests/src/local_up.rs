@@ -261,7 +261,10 @@ impl LocalUp {
         format!("KUBERNETES_SERVICE_HOST=127.0.0.1\nKUBERNETES_SERVICE_PORT={port}\n{extra}")
     }
 
-    /// Starts a node on machine `i` (a control-plane one gets the label the DaemonSet selects).
+    /// Starts a node on machine `i`. A control-plane one is labelled as kubeadm does
+    /// (`node-role.kubernetes.io/control-plane=""`) when it is the first machine, and as k3s and
+    /// RKE2 do otherwise (`="true"`, tainted `CriticalAddonsOnly=true:NoExecute`): the
+    /// DaemonSet must run on both.
     pub async fn start_node(&mut self, i: usize, control_plane: bool) -> Result<()> {
         self.start_node_with(i, control_plane, Vec::new(), Vec::new())
             .await
@@ -277,6 +280,11 @@ impl LocalUp {
         extra_ips: Vec<String>,
     ) -> Result<()> {
         let m = self.machines.get(i).context("no such machine")?.clone();
+        let k3s_style = control_plane && i > 0;
+        let mut kubelet_args = kubelet_args;
+        if k3s_style {
+            kubelet_args.push("--register-with-taints=CriticalAddonsOnly=true:NoExecute".into());
+        }
         // A vSphere VM's BIOS UUID is what its kubelet reports as the system UUID.
         let system_uuid = m.provider_id.strip_prefix("vsphere://").map(str::to_string);
         self.cluster
@@ -285,7 +293,8 @@ impl LocalUp {
                 name: m.name,
                 ip: m.ip,
                 labels: if control_plane {
-                    vec![(CONTROL_PLANE.into(), String::new())]
+                    let value = if k3s_style { "true" } else { "" };
+                    vec![(CONTROL_PLANE.into(), value.into())]
                 } else {
                     Vec::new()
                 },

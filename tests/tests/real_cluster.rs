@@ -5,7 +5,10 @@
 //! config and endpoints differ from the example overlay), with the ServiceAccount token the
 //! kubelet mounts and the probes the kubelet sends. See `rcp_e2e::local_up`.
 
-use std::time::{Duration, Instant};
+use std::{
+    collections::BTreeSet,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context, Result};
 use k8s_cloud_provider::{
@@ -14,7 +17,7 @@ use k8s_cloud_provider::{
 };
 use k8s_openapi::api::{
     coordination::v1::Lease,
-    core::v1::{Node, Pod, Service},
+    core::v1::{Node, Pod, Service, ServiceAccount},
 };
 use kube::{
     Api,
@@ -69,12 +72,34 @@ async fn scenario(
         up.provider(),
         started.elapsed()
     );
+    // One Pod on the kubeadm-labelled Node, one on the k3s-style one (label "true", tainted
+    // CriticalAddonsOnly).
+    let on: BTreeSet<String> = running
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    assert_eq!(
+        on,
+        BTreeSet::from([up.machines[0].name.clone(), up.machines[1].name.clone()]),
+        "the CCM Pods run on both control-plane Nodes"
+    );
     for pod in &running {
         let spec = pod.spec.clone().unwrap_or_default();
         assert_eq!(
             spec.service_account_name.as_deref(),
             Some("cloud-controller-manager")
         );
+        // With --use-service-account-credentials (the AWS and vSphere overlays), the controllers
+        // run with tokens of their own ServiceAccounts, minted by the CCM and held in memory
+        // (the root file system is read-only): the Pod runs, and the ServiceAccounts exist
+        // (kube-controller-manager makes no service-controller of its own).
+        let args = spec.containers[0].args.clone().unwrap_or_default();
+        if args.iter().any(|a| a == "--use-service-account-credentials=true") {
+            let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "kube-system");
+            for name in ["node-controller", "service-controller", "route-controller"] {
+                assert!(sas.get_opt(name).await?.is_some(), "kube-system/{name}");
+            }
+        }
         assert_eq!(spec.host_network, Some(true));
         assert!(
             spec.containers[0]
