@@ -143,6 +143,22 @@ async fn every_overlay_renders_and_the_api_server_accepts_it() -> Result<()> {
                 })
         });
         assert_eq!(own_tokens, mints, "deploy/{name}: {args:?}");
+        // OpenStack: the host's CA directories, read-only at the same paths, as OCCM mounts
+        // them (a migrated `ca-file=/etc/kubernetes/pki/…` works unchanged).
+        if name.starts_with("openstack") {
+            for path in ["/etc/kubernetes/pki", "/etc/ssl/certs"] {
+                let mount = c["volumeMounts"]
+                    .as_array()
+                    .and_then(|m| m.iter().find(|m| m["mountPath"] == path))
+                    .with_context(|| format!("deploy/{name} mounts {path}"))?;
+                assert_eq!(mount["readOnly"], true, "deploy/{name}: {mount}");
+                let volume = pod["volumes"]
+                    .as_array()
+                    .and_then(|v| v.iter().find(|v| v["name"] == mount["name"]))
+                    .with_context(|| format!("deploy/{name}: the volume of {path}"))?;
+                assert_eq!(volume["hostPath"]["path"], path, "deploy/{name}: {volume}");
+            }
+        }
         if ["aws/overlays/example", "aws/overlays/local", "vsphere/overlays/local"]
             .contains(&name.as_str())
         {
