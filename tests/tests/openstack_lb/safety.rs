@@ -6,9 +6,9 @@ use anyhow::Result;
 use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api,
-    api::{DeleteParams, Patch, PatchParams},
+    api::{DeleteParams, Patch, PatchParams, PostParams},
 };
-use rcp_e2e::k8s::{initialised, wait_for};
+use rcp_e2e::k8s::{initialised, tainted_node, wait_for};
 use serde_json::json;
 
 use crate::env::*;
@@ -143,8 +143,28 @@ async fn orphans_lists_and_deletes_only_what_no_service_wants() -> Result<()> {
         "listing deletes nothing"
     );
 
+    // A kubeconfig whose cluster has a Node on a server this project does not have (another
+    // project's cluster, paired with this cloud config): refused before anything is deleted.
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    let mut stranger = tainted_node("stranger");
+    stranger.spec.get_or_insert_default().provider_id =
+        Some("openstack:///9d3c1c4e-0000-4000-8000-000000000001".into());
+    nodes.create(&PostParams::default(), &stranger).await?;
+    let (code, out) = orphans(&env, "lb-orphans", &["--delete", "--yes"]).await?;
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(
+        env.project
+            .load_balancers("kube_service_kubernetes_default_gone")
+            .await?
+            .len(),
+        1,
+        "nothing deleted for a cluster of another project: {out}"
+    );
+    nodes.delete("stranger", &DeleteParams::default()).await?;
+
     let (code, out) = orphans(&env, "lb-orphans", &["--delete", "--yes"]).await?;
     assert_eq!(code, 0, "{out}");
+    assert!(out.contains("Same cluster: the servers of the cluster's 1 Node(s)"), "{out}");
     assert!(
         env.project
             .load_balancers("kube_service_kubernetes_default_gone")

@@ -3,7 +3,10 @@
 //! or `--yes`) deletes them, reading each again (and every Service) right before. The rules are
 //! those of [`k8s_legacy_cloud_provider_openstack::orphans`]. Reads every Service of the cluster
 //! first: if that fails, nothing is listed or deleted. `--cluster-name` is the CCM's (its load
-//! balancers are named after it); another cluster's resources never match.
+//! balancers are named after it); another cluster's resources never match. `--delete` first
+//! checks that the kubeconfig's cluster is one of the cloud config's project
+//! ([`OpenStackCloud::verify_cluster`](k8s_legacy_cloud_provider_openstack::OpenStackCloud::verify_cluster):
+//! its Nodes' servers are there); otherwise nothing is deleted.
 //!
 //! Output: one line per orphan, tab-separated: kind, name, ID, the Service it was made for, why.
 //! Exit code: 0 when the listing (and every deletion) succeeded, 1 otherwise.
@@ -12,7 +15,7 @@ use std::{io::Write, process::ExitCode};
 
 use clap::{ArgAction, Args, FromArgMatches};
 use k8s_cloud_provider::app::{ClusterAccessFlags, ProviderCommand};
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Node, Service};
 use kube::{Api, api::ListParams};
 
 /// Find the load balancers, floating IPs and security groups this cluster made that no Service wants, and
@@ -77,6 +80,17 @@ async fn orphans(flags: &OrphansFlags) -> Result<bool, String> {
                 format!("listing the cluster's Services (nothing is listed or deleted without them): {e}")
             })
     };
+    if flags.delete {
+        // Before anything is listed for deletion: the kubeconfig's cluster is one of the cloud
+        // config's project (its Nodes' servers are there).
+        let nodes = Api::<Node>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .map_err(|e| format!("listing the cluster's Nodes (nothing is deleted without them): {e}"))?;
+        let checked = cloud.verify_cluster(&nodes).await.map_err(|e| e.to_string())?;
+        println!("Same cluster: {checked}.");
+    }
     let cluster = &flags.cluster_name;
     let found = cloud
         .orphans(cluster, &services().await?)

@@ -179,7 +179,72 @@ fn wants(services: &[KubeService], owner: &str) -> bool {
     })
 }
 
+/// A server as nova's short list (`GET /servers`) gives it.
+#[derive(serde::Deserialize)]
+struct ListedServer {
+    id: String,
+}
+
 impl OpenStackCloud {
+    /// Checks that the cluster whose Nodes are `nodes` (every Node, from the kubeconfig) is a
+    /// cluster of this cloud config's project and region, before anything is deleted: every
+    /// Node with an OpenStack provider ID must name a server nova lists for this project (and
+    /// no other region), and there must be at least one. A kubeconfig of one cluster paired
+    /// with the cloud config of another project would otherwise make that project's load
+    /// balancers of the same cluster name orphans. Returns a one-line summary of what was
+    /// checked.
+    pub async fn verify_cluster(&self, nodes: &[k8s_openapi::api::core::v1::Node]) -> CloudResult<String> {
+        let region = &self.config.global.region;
+        let mut by_server = std::collections::BTreeMap::new();
+        for node in nodes {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            let Some(pid) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) else {
+                continue;
+            };
+            if !pid.starts_with("openstack://") {
+                continue;
+            }
+            let id = crate::server_id_from_provider_id(pid, region)
+                .map_err(|e| CloudError::msg(format!("Node {name}: {e}; nothing is deleted")))?;
+            by_server.insert(id, name);
+        }
+        if by_server.is_empty() {
+            return Err(CloudError::msg(
+                "no Node of the kubeconfig's cluster has an OpenStack provider ID, so it cannot be checked to be a cluster of the cloud config's project; nothing is deleted",
+            ));
+        }
+        // The project's own list: an admin's `GET /servers/<id>` would find other projects'.
+        let listed: BTreeSet<String> = self
+            .client
+            .list::<ListedServer>(Service::Compute, "/servers", "servers")
+            .await
+            .map_err(|e| cloud_error("listing the project's servers to check the cluster", e))?
+            .into_iter()
+            .map(|s| s.id)
+            .collect();
+        let problems: Vec<String> = by_server
+            .iter()
+            .filter(|(id, _)| !listed.contains(*id))
+            .map(|(id, node)| format!("Node {node}'s server {id} is not in this project"))
+            .collect();
+        if !problems.is_empty() {
+            let shown: Vec<&str> = problems.iter().take(3).map(String::as_str).collect();
+            let more = if problems.len() > 3 {
+                format!(" (and {} more)", problems.len() - 3)
+            } else {
+                String::new()
+            };
+            return Err(CloudError::msg(format!(
+                "the kubeconfig's cluster does not look like a cluster of the cloud config's project: {}{more}; nothing is deleted",
+                shown.join("; ")
+            )));
+        }
+        Ok(format!(
+            "the servers of the cluster's {} Node(s) are in the cloud config's project",
+            by_server.len()
+        ))
+    }
+
     /// The orphans of `cluster` given every Service of the cluster.
     pub async fn orphans(&self, cluster: &str, services: &[KubeService]) -> CloudResult<Vec<Orphan>> {
         let wanted = wanted_names(cluster, services);
