@@ -7,6 +7,7 @@
 #     kubernetes-v1.34.4/{kube-apiserver,kubelet,kube-controller-manager,kube-scheduler}
 #                                             the window's oldest minor (hack/kube-oldest/go.mod)
 #     aws-cloud-controller-manager-v1.37.1/   k8s.io/cloud-provider-aws from Go modules (hack/aws-ccm)
+#     helm-v3.22.0/                           helm from Go modules (hack/helm)
 #     go/{mod,build}/                         Go's module and build caches for those builds
 #     moto-5.2.5/venv/                        moto[server] from PyPI in a venv
 #     vcsim-0.24.2/{vcsim,govc}               built from Debian's govmomi sources (Debian's Go 1.19)
@@ -25,7 +26,7 @@
 #
 # Environment:
 #   RCP_CACHE_DIR   override the cache directory
-#   RCP_SKIP        space-separated steps to skip (apt kubernetes kubernetes-oldest aws-ccm moto vcsim docker-registry msrv
+#   RCP_SKIP        space-separated steps to skip (apt kubernetes kubernetes-oldest aws-ccm helm moto vcsim docker-registry msrv
 #                   cargo-deny cargo-nextest cargo-http-registry cargo-semver-checks openstack)
 set -euo pipefail
 
@@ -268,6 +269,32 @@ if ! skipped aws-ccm; then
     step aws-ccm "built: aws-cloud-controller-manager $AWS_CCM_VERSION"
   fi
   ln -sfn "$AWS_CCM_DIR/aws-cloud-controller-manager" "$BIN/aws-cloud-controller-manager"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# 2c. helm (helm.sh/helm/v3, pinned in hack/helm/go.mod): the charts in charts/ are linted,
+#     rendered and installed on the real-node cluster with it.
+HELM_MODULE_DIR="$ROOT/hack/helm"
+HELM_VERSION=$(awk '{ for (i = 1; i < NF; i++) if ($i == "helm.sh/helm/v3" && $(i + 1) ~ /^v/) { print $(i + 1); exit } }' "$HELM_MODULE_DIR/go.mod")
+HELM_DIR="$CACHE/helm-$HELM_VERSION"
+if ! skipped helm; then
+  stamp=$(cat "$HELM_MODULE_DIR/go.mod" "$HELM_MODULE_DIR/go.sum" | sha256sum | cut -c1-16)
+  if [[ $(cat "$HELM_DIR/.stamp" 2>/dev/null) == "$stamp" && -x "$HELM_DIR/helm" ]]; then
+    step helm "cached: helm $HELM_VERSION"
+  else
+    go=$(modern_go "$HELM_MODULE_DIR")
+    step helm "building helm $HELM_VERSION from helm.sh/helm/v3 (~1 min after Kubernetes)"
+    rm -rf "$HELM_DIR.tmp" && mkdir -p "$HELM_DIR.tmp" "$KUBE_GO_CACHE/mod" "$KUBE_GO_CACHE/build"
+    (cd "$HELM_MODULE_DIR" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -modcacherw -buildvcs=false" \
+      GOMODCACHE="$KUBE_GO_CACHE/mod" GOCACHE="${GOCACHE:-$KUBE_GO_CACHE/build}" \
+      run_logged helm "$LOGS/helm.log" "$go" build -trimpath \
+        -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+        -o "$HELM_DIR.tmp/helm" helm.sh/helm/v3/cmd/helm)
+    echo "$stamp" > "$HELM_DIR.tmp/.stamp"
+    rm -rf "$HELM_DIR" && mv "$HELM_DIR.tmp" "$HELM_DIR"
+    step helm "built: helm $HELM_VERSION"
+  fi
+  ln -sfn "$HELM_DIR/helm" "$BIN/helm"
 fi
 
 # ---------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ phase "install test servers (Kubernetes and the upstream AWS CCM build in the ba
 # run. They run in the background while the other servers install and the Rust checks and
 # builds below run, which leave one of the two cores idle much of the time (the AWS SDK's
 # largest crates compile alone); the tests wait for them.
-GO_STEPS="kubernetes kubernetes-oldest aws-ccm"
+GO_STEPS="kubernetes kubernetes-oldest aws-ccm helm"
 OTHER_STEPS="moto vcsim docker-registry cargo-deny cargo-nextest cargo-http-registry cargo-semver-checks openstack"
 GO_BUILDS_LOG="$CACHE/logs/go-builds.log"
 mkdir -p "$CACHE/logs"

@@ -477,6 +477,30 @@ impl TestCluster {
         Ok(())
     }
 
+    /// Runs helm (built by hack/install-test-deps.sh from its Go module) against this cluster,
+    /// with its own cache, config and data directories in the cluster's directory.
+    pub fn helm(&self, args: &[&str]) -> Result<String> {
+        let home = self.dir().join("helm");
+        let out = Command::new(paths::test_bin("helm")?)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_DATA_HOME", home.join("data"))
+            .output()
+            .context("starting helm")?;
+        if !out.status.success() {
+            bail!(
+                "helm {} failed ({}): {}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8(out.stdout)?)
+    }
+
     /// Runs kubectl with `stdin` piped in (e.g. `apply -f -`).
     pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> Result<String> {
         kubectl(&self.kubeconfig, args, Some(stdin))

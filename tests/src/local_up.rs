@@ -198,6 +198,11 @@ impl LocalUp {
     /// with a control-plane node on each of the first `control_plane` VMs; the vSphere CCM
     /// DaemonSet applied, its vCenter credentials in the Secret its cloud config names.
     pub async fn vsphere(machines: usize, control_plane: usize) -> Result<Self> {
+        Self::vsphere_with(machines, control_plane, Deploy::Kustomize).await
+    }
+
+    /// [`Self::vsphere`], the CCM installed as `deploy` says.
+    pub async fn vsphere_with(machines: usize, control_plane: usize, deploy: Deploy) -> Result<Self> {
         let images = tempfile::Builder::new().prefix("rcp-images-").tempdir()?;
         let image = ccm_image("vsphere", images.path())?;
         let vcsim = Vcsim::start_with(small_model(machines))?;
@@ -240,13 +245,89 @@ impl LocalUp {
         for i in 0..control_plane {
             up.start_node(i, true).await?;
         }
-        let files = [
-            ("vsphere.conf", conf),
-            ("credentials.env", credentials),
-            ("endpoints.env", up.endpoints_env("")),
-        ];
-        up.cluster.apply_local_overlay("vsphere", &files)?;
+        match deploy {
+            Deploy::Kustomize => {
+                let files = [
+                    ("vsphere.conf", conf),
+                    ("credentials.env", credentials),
+                    ("endpoints.env", up.endpoints_env("")),
+                ];
+                up.cluster.apply_local_overlay("vsphere", &files)?;
+            }
+            Deploy::Helm => {
+                // What a user gives the chart: the image, vsphere.conf and the credentials
+                // Secret's keys; the API server's address as the local overlay gives it.
+                let data: serde_json::Map<String, serde_json::Value> = credentials
+                    .lines()
+                    .filter_map(|l| l.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.into()))
+                    .collect();
+                let values = serde_json::json!({
+                    "image": {"repository": "rcp.local/cloud-controller-manager-vsphere"},
+                    "cloudConfig": {"create": true, "contents": conf},
+                    "credentials": {"create": true, "data": data},
+                    "useServiceAccountCredentials": true,
+                    "envFrom": [{"configMapRef": {"name": "local-endpoints"}}],
+                });
+                up.helm_install("vsphere", &values)?;
+            }
+        }
         Ok(up)
+    }
+
+    /// `helm install ccm charts/<provider>-cloud-controller-manager -n kube-system` with
+    /// `values` (and the ConfigMap `local-endpoints` the local overlays make: the API server's
+    /// address, as no kube-proxy runs). Returns helm's output.
+    pub fn helm_install(&self, provider: &str, values: &serde_json::Value) -> Result<String> {
+        let k = &self.cluster.cluster;
+        let endpoints: Vec<String> = self
+            .endpoints_env("")
+            .lines()
+            .map(|l| format!("--from-literal={l}"))
+            .collect();
+        let mut args = vec!["-n", "kube-system", "create", "configmap", "local-endpoints"];
+        args.extend(endpoints.iter().map(String::as_str));
+        k.kubectl(&args)?;
+        self.helm_install_values(provider, values)
+    }
+
+    /// `helm upgrade ccm …` of the release [`Self::helm_install`] made, with `args` (e.g.
+    /// `--reuse-values --set …`).
+    pub fn helm_upgrade(&self, provider: &str, args: &[&str]) -> Result<String> {
+        let chart = paths::workspace_root()
+            .join("charts")
+            .join(format!("{provider}-cloud-controller-manager"));
+        let chart = chart.display().to_string();
+        let mut all = vec!["upgrade", "ccm", chart.as_str(), "--namespace", "kube-system"];
+        all.extend_from_slice(args);
+        let out = self.cluster.cluster.helm(&all)?;
+        println!(
+            "$ helm upgrade ccm charts/{provider}-cloud-controller-manager -n kube-system {}\n{out}",
+            args.join(" ")
+        );
+        Ok(out)
+    }
+
+    fn helm_install_values(&self, provider: &str, values: &serde_json::Value) -> Result<String> {
+        let verb = "install";
+        let k = &self.cluster.cluster;
+        // JSON is YAML: helm reads it as a values file.
+        let file = k.dir().join(format!("helm-{verb}-values.yaml"));
+        std::fs::write(&file, serde_json::to_string_pretty(values)?)?;
+        let chart = paths::workspace_root()
+            .join("charts")
+            .join(format!("{provider}-cloud-controller-manager"));
+        let out = k.helm(&[
+            verb,
+            "ccm",
+            &chart.display().to_string(),
+            "--namespace",
+            "kube-system",
+            "--values",
+            &file.display().to_string(),
+        ])?;
+        println!("$ helm {verb} ccm charts/{provider}-cloud-controller-manager -n kube-system\n{out}");
+        Ok(out)
     }
 
     /// `endpoints.env` of the overlay: the API server on the node's 127.0.0.1, and `extra`.
@@ -497,6 +578,15 @@ pub fn ccm_image(provider: &str, dir: &Path) -> Result<Image> {
         archive: dir.join(format!("cloud-controller-manager-{provider}.oci.tar")),
         name: format!("rcp.local/cloud-controller-manager-{provider}"),
     })
+}
+
+/// How the CCM is installed on the real-node cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deploy {
+    /// `kubectl apply -k deploy/<provider>/overlays/local`.
+    Kustomize,
+    /// `helm install` of `charts/<provider>-cloud-controller-manager`.
+    Helm,
 }
 
 /// Whether the Node's `Ready` condition is true.

@@ -109,8 +109,7 @@ async fn every_overlay_renders_and_the_api_server_accepts_it() -> Result<()> {
             assert!(tolerated.contains(&key), "deploy/{name} tolerates {key}");
         }
         // Control-plane Nodes whatever the label's value (kubeadm "", k3s and RKE2 "true").
-        let terms = &pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-            ["nodeSelectorTerms"];
+        let terms = &pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
         assert!(
             terms.as_array().is_some_and(|t| t.iter().any(|t| {
                 t["matchExpressions"][0]["key"] == "node-role.kubernetes.io/control-plane"
@@ -118,7 +117,11 @@ async fn every_overlay_renders_and_the_api_server_accepts_it() -> Result<()> {
             })),
             "deploy/{name}: {terms}"
         );
-        assert!(pod["nodeSelector"].is_null(), "deploy/{name}: {}", pod["nodeSelector"]);
+        assert!(
+            pod["nodeSelector"].is_null(),
+            "deploy/{name}: {}",
+            pod["nodeSelector"]
+        );
         let c = &pod["containers"][0];
         assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz", "{name}");
         assert_eq!(c["livenessProbe"]["httpGet"]["scheme"], "HTTPS", "{name}");
@@ -138,9 +141,9 @@ async fn every_overlay_renders_and_the_api_server_accepts_it() -> Result<()> {
         let own_tokens = args.contains(&"--use-service-account-credentials=true");
         let mints = items.iter().any(|i| {
             i["kind"] == "Role"
-                && i["rules"].as_array().is_some_and(|rules| {
-                    rules.iter().any(|r| r["resources"][0] == "serviceaccounts/token")
-                })
+                && i["rules"]
+                    .as_array()
+                    .is_some_and(|rules| rules.iter().any(|r| r["resources"][0] == "serviceaccounts/token"))
         });
         assert_eq!(own_tokens, mints, "deploy/{name}: {args:?}");
         // OpenStack: the host's CA directories, read-only at the same paths, as OCCM mounts
@@ -159,8 +162,12 @@ async fn every_overlay_renders_and_the_api_server_accepts_it() -> Result<()> {
                 assert_eq!(volume["hostPath"]["path"], path, "deploy/{name}: {volume}");
             }
         }
-        if ["aws/overlays/example", "aws/overlays/local", "vsphere/overlays/local"]
-            .contains(&name.as_str())
+        if [
+            "aws/overlays/example",
+            "aws/overlays/local",
+            "vsphere/overlays/local",
+        ]
+        .contains(&name.as_str())
         {
             assert!(own_tokens, "deploy/{name}: {args:?}");
         }

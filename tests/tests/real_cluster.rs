@@ -16,8 +16,10 @@ use k8s_cloud_provider::{
     well_known::{ANNOTATION_PROVIDED_NODE_IP, TAINT_UNINITIALIZED},
 };
 use k8s_openapi::api::{
+    apps::v1::DaemonSet,
     coordination::v1::Lease,
     core::v1::{Node, Pod, Service, ServiceAccount},
+    rbac::v1::ClusterRole,
 };
 use kube::{
     Api,
@@ -25,7 +27,7 @@ use kube::{
 };
 use rcp_e2e::{
     k8s::wait_for,
-    local_up::{Cloud, LocalUp, STEP},
+    local_up::{Cloud, Deploy, LocalUp, STEP},
 };
 
 /// What both providers must do once the CCM Pods run on two control-plane Nodes: the Nodes
@@ -535,7 +537,8 @@ async fn the_kubelet_pulls_from_ecr_with_the_credentials_of_ecr_credential_provi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vsphere_ccm_pods_initialise_kubelet_nodes_and_fail_over() -> Result<()> {
     let started = Instant::now();
-    let mut up = LocalUp::vsphere(3, 2).await?;
+    // Installed with its Helm chart (the other providers with their kustomize overlays).
+    let mut up = LocalUp::vsphere_with(4, 2, Deploy::Helm).await?;
     scenario(
         &mut up,
         started,
@@ -552,5 +555,56 @@ async fn vsphere_ccm_pods_initialise_kubelet_nodes_and_fail_over() -> Result<()>
         },
         internal_ip_from_the_cloud,
     )
+    .await?;
+
+    // `helm upgrade` (one more flag): the DaemonSet rolls its Pod, and the CCM it starts
+    // initialises the next Node.
+    let client = up.cluster.cluster.client().await?;
+    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), "kube-system");
+    let before = daemonsets.get("cloud-controller-manager").await?;
+    let generation = before.metadata.generation.unwrap_or_default();
+    // As a user changes one value: the rest reused.
+    up.helm_upgrade("vsphere", &["--reuse-values", "--set-json", r#"args=["--v=3"]"#])?;
+    wait_for("the upgraded DaemonSet rolled out", STEP, || async {
+        let ds = daemonsets.get("cloud-controller-manager").await.ok()?;
+        let status = ds.status?;
+        (ds.metadata.generation.unwrap_or_default() > generation
+            && status.observed_generation.unwrap_or_default() >= ds.metadata.generation.unwrap_or_default()
+            && status.updated_number_scheduled.unwrap_or_default() >= 1
+            && status.number_ready >= 1
+            && status.number_unavailable.unwrap_or_default() == 0)
+            .then_some(())
+    })
     .await
+    .with_context(|| up.diagnostics())?;
+    let pods = up.ccm_pods_ready(1).await?;
+    assert!(
+        pods.iter().all(|p| p
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers[0].args.as_ref())
+            .is_some_and(|a| a.iter().any(|a| a == "--v=3"))),
+        "the CCM Pods run the upgraded DaemonSet"
+    );
+    up.start_node(3, false).await?;
+    let fourth = up.wait_initialised(3).await?;
+    println!(
+        "vsphere: after helm upgrade, {} initialised (provider ID {:?})",
+        up.machines[3].name,
+        fourth.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+    );
+
+    // `helm uninstall`: the chart's objects are gone (the Nodes stay, as they should).
+    println!(
+        "$ helm uninstall ccm -n kube-system\n{}",
+        up.cluster
+            .cluster
+            .helm(&["uninstall", "ccm", "--namespace", "kube-system", "--wait"])?
+    );
+    assert!(daemonsets.get_opt("cloud-controller-manager").await?.is_none());
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    assert!(roles.get_opt("system:cloud-controller-manager").await?.is_none());
+    let nodes: Api<Node> = Api::all(client);
+    assert!(nodes.get_opt(&up.machines[3].name).await?.is_some());
+    Ok(())
 }

@@ -164,7 +164,10 @@ async fn orphans_lists_and_deletes_only_what_no_service_wants() -> Result<()> {
 
     let (code, out) = orphans(&env, "lb-orphans", &["--delete", "--yes"]).await?;
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("Same cluster: the servers of the cluster's 1 Node(s)"), "{out}");
+    assert!(
+        out.contains("Same cluster: the servers of the cluster's 1 Node(s)"),
+        "{out}"
+    );
     assert!(
         env.project
             .load_balancers("kube_service_kubernetes_default_gone")

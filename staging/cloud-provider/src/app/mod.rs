@@ -430,8 +430,11 @@ impl Starters {
 pub fn command(spec: &ProviderSpec) -> clap::Command {
     let default: &'static str = Box::leak(spec.name.clone().into_boxed_str());
     let name: &'static str = Box::leak(format!("cloud-controller-manager-{}", spec.name).into_boxed_str());
+    // A flag given twice takes the last value, as Go's pflag does: a manifest that appends
+    // `--v=4` to a base's `--v=2` (kustomize patches, the chart's `args`) must start.
     let mut command = Options::command()
         .name(name)
+        .args_override_self(true)
         .mut_arg("cloud_provider", |a| a.default_value(default));
     // A controller's and a command's flags are added with clap's `augment_args`, which takes
     // the flag struct's doc comment (written for the code's readers) as the about text: the
@@ -850,6 +853,25 @@ mod tests {
             .map_err(|e| vec![e.to_string()])?;
         let validated = options.validate(&registry)?;
         Starters::configure(&spec, &validated, &registry)
+    }
+
+    #[test]
+    fn a_flag_given_twice_takes_the_last_value_as_go_does() {
+        let spec = ProviderSpec::new("test", no_cloud());
+        let args = [
+            "ccm",
+            "--v=2",
+            "--leader-elect=true",
+            "--controllers=*",
+            "--v=4",
+            "--leader-elect=false",
+            "--controllers=cloud-node,service",
+        ];
+        let options = parse_from(&spec, args).expect("a repeated flag is accepted");
+        assert_eq!(options.logging.verbosity, 4);
+        assert!(!options.leader_election.leader_elect);
+        // A list flag adds to what it had, as pflag's string slices do.
+        assert_eq!(options.generic.controllers, ["*", "cloud-node", "service"]);
     }
 
     #[test]
