@@ -4,7 +4,8 @@
 #
 #   hack/release.sh bump VERSION     set [workspace.package] version and every `=OLD` pin of
 #                                    [workspace.dependencies] to VERSION (and the sample's
-#                                    dependencies and the deploy manifests' image tag), update
+#                                    dependencies, the deploy manifests' image tag and the
+#                                    Helm charts' versions), update
 #                                    Cargo.lock;
 #                                    refused without a "## VERSION" section in CHANGELOG.md
 #   hack/release.sh check            the version in Cargo.toml has its CHANGELOG.md section and
@@ -63,6 +64,10 @@ case "$cmd" in
     sed -i -E "s/^(k8s-[a-z-]+|vsphere-api) = \"$old\"\$/\1 = \"$new\"/" examples/cloud-provider-sample/Cargo.toml
     # The image tag the deploy manifests name is the version (hack/build-image.sh tags so).
     sed -i "s/^\( *newTag: \)$old\$/\1$new/" deploy/*/base/kustomization.yaml deploy/*/overlays/*/kustomization.yaml
+    # The Helm charts' version and appVersion are the crates' too; their files/base.yaml is
+    # rendered from the bases again.
+    sed -i -e "s/^version: $old\$/version: $new/" -e "s/^appVersion: \"$old\"\$/appVersion: \"$new\"/" charts/*/Chart.yaml
+    hack/render-charts.sh
     left=$(grep -rn --include=Cargo.toml "\"=$old\"" . --exclude-dir=target --exclude-dir=.git || true)
     [[ -z "$left" ]] || fail "pins of $old left after the bump:"$'\n'"$left"
     cargo update --workspace --offline --quiet
