@@ -86,6 +86,11 @@ impl LocalUp {
     /// moto with a cluster VPC and `machines` instances; the cluster, with a control-plane node
     /// on each of the first `control_plane` instances; the AWS CCM DaemonSet applied.
     pub async fn aws(machines: usize, control_plane: usize) -> Result<Self> {
+        Self::aws_with(machines, control_plane, Deploy::Kustomize).await
+    }
+
+    /// [`Self::aws`], the CCM installed as `deploy` says.
+    pub async fn aws_with(machines: usize, control_plane: usize, deploy: Deploy) -> Result<Self> {
         let images = tempfile::Builder::new().prefix("rcp-images-").tempdir()?;
         let image = ccm_image("aws", images.path())?;
         let moto = Moto::start().await?;
@@ -114,21 +119,51 @@ impl LocalUp {
         let Cloud::Aws { moto, world } = &up.cloud else {
             unreachable!("made above")
         };
-        let files = [
-            ("cloud.conf", moto.cloud_config(world)),
-            (
-                "endpoints.env",
-                up.endpoints_env("AWS_EC2_METADATA_DISABLED=true\n"),
-            ),
-            (
-                "credentials.env",
-                format!(
-                    "AWS_ACCESS_KEY_ID=AKIDTEST\nAWS_SECRET_ACCESS_KEY={}\n",
-                    crate::secrets::AWS_SECRET_ACCESS_KEY
-                ),
-            ),
-        ];
-        up.cluster.apply_local_overlay("aws", &files)?;
+        let cloud_conf = moto.cloud_config(world);
+        let endpoints = "AWS_EC2_METADATA_DISABLED=true\n";
+        let credentials = format!(
+            "AWS_ACCESS_KEY_ID=AKIDTEST\nAWS_SECRET_ACCESS_KEY={}\n",
+            crate::secrets::AWS_SECRET_ACCESS_KEY
+        );
+        match deploy {
+            Deploy::Kustomize => {
+                let files = [
+                    ("cloud.conf", cloud_conf),
+                    ("endpoints.env", up.endpoints_env(endpoints)),
+                    ("credentials.env", credentials),
+                ];
+                up.cluster.apply_local_overlay("aws", &files)?;
+            }
+            Deploy::Helm => {
+                // On EC2 the credentials come from the instance profile or IRSA; here moto's
+                // made-up ones, in a Secret the user makes.
+                let mut args = vec![
+                    "-n",
+                    "kube-system",
+                    "create",
+                    "secret",
+                    "generic",
+                    "aws-credentials",
+                ];
+                let literals: Vec<String> = credentials
+                    .lines()
+                    .map(|l| format!("--from-literal={l}"))
+                    .collect();
+                args.extend(literals.iter().map(String::as_str));
+                up.cluster.cluster.kubectl(&args)?;
+                let values = serde_json::json!({
+                    "image": {"repository": "rcp.local/cloud-controller-manager-aws"},
+                    "cloudConfig": {"contents": cloud_conf},
+                    "args": ["--cluster-name=local-up"],
+                    "useServiceAccountCredentials": true,
+                    "envFrom": [
+                        {"configMapRef": {"name": "local-endpoints"}},
+                        {"secretRef": {"name": "aws-credentials"}},
+                    ],
+                });
+                up.helm_install("aws", endpoints, &values)?;
+            }
+        }
         Ok(up)
     }
 
@@ -136,6 +171,11 @@ impl LocalUp {
     /// `machines` nova servers; the cluster, with a control-plane node on each of the first
     /// `control_plane` servers; the OpenStack CCM DaemonSet applied.
     pub async fn openstack(machines: usize, control_plane: usize) -> Result<Self> {
+        Self::openstack_with(machines, control_plane, Deploy::Kustomize).await
+    }
+
+    /// [`Self::openstack`], the CCM installed as `deploy` says.
+    pub async fn openstack_with(machines: usize, control_plane: usize, deploy: Deploy) -> Result<Self> {
         let images = tempfile::Builder::new().prefix("rcp-images-").tempdir()?;
         let image = ccm_image("openstack", images.path())?;
         let os = OpenStack::shared().await?;
@@ -185,11 +225,23 @@ impl LocalUp {
         for i in 0..control_plane {
             up.start_node(i, true).await?;
         }
-        let files = [
-            ("cloud.conf", cloud_conf),
-            ("endpoints.env", up.endpoints_env("")),
-        ];
-        up.cluster.apply_local_overlay("openstack", &files)?;
+        match deploy {
+            Deploy::Kustomize => {
+                let files = [
+                    ("cloud.conf", cloud_conf),
+                    ("endpoints.env", up.endpoints_env("")),
+                ];
+                up.cluster.apply_local_overlay("openstack", &files)?;
+            }
+            Deploy::Helm => {
+                let values = serde_json::json!({
+                    "image": {"repository": "rcp.local/cloud-controller-manager-openstack"},
+                    "cloudConfig": {"create": true, "contents": cloud_conf},
+                    "envFrom": [{"configMapRef": {"name": "local-endpoints"}}],
+                });
+                up.helm_install("openstack", "", &values)?;
+            }
+        }
         Ok(up)
     }
 
@@ -269,7 +321,7 @@ impl LocalUp {
                     "useServiceAccountCredentials": true,
                     "envFrom": [{"configMapRef": {"name": "local-endpoints"}}],
                 });
-                up.helm_install("vsphere", &values)?;
+                up.helm_install("vsphere", "", &values)?;
             }
         }
         Ok(up)
@@ -277,11 +329,16 @@ impl LocalUp {
 
     /// `helm install ccm charts/<provider>-cloud-controller-manager -n kube-system` with
     /// `values` (and the ConfigMap `local-endpoints` the local overlays make: the API server's
-    /// address, as no kube-proxy runs). Returns helm's output.
-    pub fn helm_install(&self, provider: &str, values: &serde_json::Value) -> Result<String> {
+    /// address, as no kube-proxy runs, and the `extra_env` lines). Returns helm's output.
+    pub fn helm_install(
+        &self,
+        provider: &str,
+        extra_env: &str,
+        values: &serde_json::Value,
+    ) -> Result<String> {
         let k = &self.cluster.cluster;
         let endpoints: Vec<String> = self
-            .endpoints_env("")
+            .endpoints_env(extra_env)
             .lines()
             .map(|l| format!("--from-literal={l}"))
             .collect();

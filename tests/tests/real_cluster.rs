@@ -291,7 +291,9 @@ async fn delete_machine(up: &LocalUp, id: &str) -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aws_ccm_pods_initialise_kubelet_nodes_serve_a_load_balancer_and_fail_over() -> Result<()> {
     let started = Instant::now();
-    let mut up = LocalUp::aws(4, 2).await?;
+    // Installed with its Helm chart, as the other providers' tests do (the main job,
+    // hack/local-up-cluster.sh, applies the kustomize overlays).
+    let mut up = LocalUp::aws_with(4, 2, Deploy::Helm).await?;
     let Cloud::Aws { world, .. } = &up.cloud else {
         unreachable!()
     };
@@ -374,7 +376,7 @@ async fn aws_ccm_pods_initialise_kubelet_nodes_serve_a_load_balancer_and_fail_ov
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openstack_ccm_pods_initialise_kubelet_nodes_serve_a_load_balancer_and_fail_over() -> Result<()> {
     let started = Instant::now();
-    let mut up = LocalUp::openstack(3, 2).await?;
+    let mut up = LocalUp::openstack_with(3, 2, Deploy::Helm).await?;
     let Cloud::OpenStack { project, .. } = &up.cloud else {
         unreachable!()
     };
@@ -537,7 +539,7 @@ async fn the_kubelet_pulls_from_ecr_with_the_credentials_of_ecr_credential_provi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vsphere_ccm_pods_initialise_kubelet_nodes_and_fail_over() -> Result<()> {
     let started = Instant::now();
-    // Installed with its Helm chart (the other providers with their kustomize overlays).
+    // Installed with its Helm chart; then upgraded and uninstalled with helm.
     let mut up = LocalUp::vsphere_with(4, 2, Deploy::Helm).await?;
     scenario(
         &mut up,
