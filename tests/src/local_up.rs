@@ -21,6 +21,7 @@ use crate::{
     moto::World,
     openstack::{Network, OpenStack, Project},
     paths,
+    registry::Registry,
     vcsim::{Vcsim, small_model, vm_name},
 };
 
@@ -79,8 +80,17 @@ pub struct LocalUp {
     /// The cloud's machines, one per node that may be started.
     pub machines: Vec<Machine>,
     provider: &'static str,
+    /// The image registry the nodes pull the CCM's image from, when they pull it (otherwise
+    /// it is imported into each node's containerd).
+    pub registry: Option<Registry>,
     _images: TempDir,
 }
+
+/// The registry's host name (the nodes resolve it to their 127.0.0.1, forwarded to it).
+pub const REGISTRY_HOST: &str = "registry.rcp.test";
+/// The account the registry lets in (a docker-registry Secret gives it to the kubelets).
+const REGISTRY_USER: &str = "puller";
+const REGISTRY_PASSWORD: &str = "rcp-registry-test-password";
 
 impl LocalUp {
     /// moto with a cluster VPC and `machines` instances; the cluster, with a control-plane node
@@ -111,6 +121,7 @@ impl LocalUp {
             cloud: Cloud::Aws { moto, world },
             machines: list,
             provider: "aws",
+            registry: None,
             _images: images,
         };
         for i in 0..control_plane {
@@ -220,6 +231,7 @@ impl LocalUp {
             },
             machines: list,
             provider: "openstack",
+            registry: None,
             _images: images,
         };
         for i in 0..control_plane {
@@ -276,7 +288,25 @@ impl LocalUp {
             .next()
             .and_then(|p| p.parse().ok())
             .context("vcsim's port")?;
-        let cluster = RealCluster::start(vec![image], &[port]).await?;
+        // With helm, the image is pulled from a registry, as on a real cluster; the kustomize
+        // overlay's is imported into each node's containerd.
+        let (cluster, registry) = if deploy == Deploy::Helm {
+            let registry = Registry::start(REGISTRY_HOST, REGISTRY_USER, REGISTRY_PASSWORD).await?;
+            registry
+                .push_oci_archive(
+                    &image.archive,
+                    "rust-cloud-provider/cloud-controller-manager-vsphere",
+                    env!("CARGO_PKG_VERSION"),
+                    REGISTRY_USER,
+                    REGISTRY_PASSWORD,
+                )
+                .await?;
+            let mut cluster = RealCluster::start(vec![], &[port]).await?;
+            cluster.forward(443, registry.port);
+            (cluster, Some(registry))
+        } else {
+            (RealCluster::start(vec![image], &[port]).await?, None)
+        };
         let conf = format!(
             "global:\n  port: {port}\n  insecureFlag: true\n  secretName: vsphere-cloud-secret\n  \
              secretNamespace: kube-system\nvcenter:\n  sim:\n    server: 127.0.0.1\n    datacenters:\n    - DC0\n\
@@ -292,6 +322,7 @@ impl LocalUp {
             cloud: Cloud::VSphere { vcsim },
             machines: list,
             provider: "vsphere",
+            registry,
             _images: images,
         };
         for i in 0..control_plane {
@@ -314,8 +345,25 @@ impl LocalUp {
                     .filter_map(|l| l.split_once('='))
                     .map(|(k, v)| (k.to_string(), v.into()))
                     .collect();
+                // A private registry, as many have: the kubelets pull with a docker-registry
+                // Secret the chart names.
+                up.cluster.cluster.kubectl(&[
+                    "-n",
+                    "kube-system",
+                    "create",
+                    "secret",
+                    "docker-registry",
+                    "registry-pull",
+                    &format!("--docker-server={REGISTRY_HOST}"),
+                    &format!("--docker-username={REGISTRY_USER}"),
+                    &format!("--docker-password={REGISTRY_PASSWORD}"),
+                ])?;
                 let values = serde_json::json!({
-                    "image": {"repository": "rcp.local/cloud-controller-manager-vsphere"},
+                    "image": {
+                        "repository": format!("{REGISTRY_HOST}/rust-cloud-provider/cloud-controller-manager-vsphere"),
+                        "pullPolicy": "IfNotPresent",
+                    },
+                    "imagePullSecrets": [{"name": "registry-pull"}],
                     "cloudConfig": {"create": true, "contents": conf},
                     "credentials": {"create": true, "data": data},
                     "useServiceAccountCredentials": true,
@@ -438,6 +486,16 @@ impl LocalUp {
                 },
                 kubelet_args,
                 extra_ips,
+                hosts: self
+                    .registry
+                    .iter()
+                    .map(|r| (r.host.clone(), "127.0.0.1".to_string()))
+                    .collect(),
+                registry_cas: self
+                    .registry
+                    .iter()
+                    .map(|r| (r.host.clone(), r.ca_pem.clone()))
+                    .collect(),
                 ..Default::default()
             })
             .await

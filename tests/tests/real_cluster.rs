@@ -27,7 +27,7 @@ use kube::{
 };
 use rcp_e2e::{
     k8s::wait_for,
-    local_up::{Cloud, Deploy, LocalUp, STEP},
+    local_up::{Cloud, Deploy, LocalUp, REGISTRY_HOST, STEP},
 };
 
 /// What both providers must do once the CCM Pods run on two control-plane Nodes: the Nodes
@@ -104,10 +104,11 @@ async fn scenario(
         }
         assert_eq!(spec.host_network, Some(true));
         assert!(
-            spec.containers[0]
-                .image
-                .as_deref()
-                .is_some_and(|i| i.starts_with("rcp.local/cloud-controller-manager-")),
+            spec.containers[0].image.as_deref().is_some_and(|i| i
+                .starts_with("rcp.local/cloud-controller-manager-")
+                || i.starts_with(&format!(
+                    "{REGISTRY_HOST}/rust-cloud-provider/cloud-controller-manager-"
+                ))),
             "{:?}",
             spec.containers[0].image
         );
@@ -558,6 +559,17 @@ async fn vsphere_ccm_pods_initialise_kubelet_nodes_and_fail_over() -> Result<()>
         internal_ip_from_the_cloud,
     )
     .await?;
+    // The kubelets pulled the CCM's image from the registry (nothing was imported), with the
+    // chart's pull Secret (the registry lets nobody else in).
+    let registry = up.registry.as_ref().context("the Helm install uses a registry")?;
+    let log = registry.log();
+    assert!(
+        log.lines().any(|l| l.contains(&format!(
+            "/v2/rust-cloud-provider/cloud-controller-manager-vsphere/manifests/{} HTTP/1.1\" 200",
+            env!("CARGO_PKG_VERSION")
+        )) && l.contains("containerd/")),
+        "no pull of the CCM's image in the registry's log:\n{log}"
+    );
 
     // `helm upgrade` (one more flag): the DaemonSet rolls its Pod, and the CCM it starts
     // initialises the next Node.
