@@ -23,8 +23,26 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "hack/local-up-cluster.sh: run it as root (kubelet and containerd need it, and the nodes are namespaces and cgroups)" >&2
   exit 1
 fi
-hack/install-test-deps.sh | grep -v 'cached' || true
-cargo build --quiet --locked --bin cloud-controller-manager-aws --bin cloud-controller-manager-openstack \
-  --bin cloud-controller-manager-vsphere --bin local-up-cluster
+provider=aws
+for ((i = 1; i <= $#; i++)); do
+  case "${!i}" in
+    --provider=*) provider=${!i#--provider=} ;;
+    --provider) j=$((i + 1)); provider=${!j:-} ;;
+  esac
+done
+case "$provider" in aws|openstack|vsphere) ;; *) echo "hack/local-up-cluster.sh: --provider aws|openstack|vsphere, not '$provider'" >&2; exit 2 ;; esac
+# Only what this provider's cluster needs: the Kubernetes binaries, the runtime and this cloud's
+# emulation (not the test suite's tools, the oldest minor, the upstream AWS CCM or helm; not
+# the ~365 OpenStack packages for AWS or vSphere).
+skip="${RCP_SKIP:-} kubernetes-oldest aws-ccm helm msrv cargo-deny cargo-nextest cargo-http-registry cargo-semver-checks docker-registry"
+[[ $provider == aws ]] || skip+=" moto"
+[[ $provider == vsphere ]] || skip+=" vcsim"
+[[ $provider == openstack ]] || skip+=" openstack"
+RCP_SKIP="$skip" hack/install-test-deps.sh | grep -v 'cached' || true
+# The image is the release build, as users run it (its first build takes ~15 min on 2 cores);
+# RCP_IMAGE_PROFILE=dev for a quicker debug build (CI's smoke runs).
+export RCP_IMAGE_PROFILE=${RCP_IMAGE_PROFILE:-release}
+echo "[local-up-cluster] the CCM image is the $RCP_IMAGE_PROFILE build of cloud-controller-manager-$provider"
+cargo build --quiet --locked --bin local-up-cluster
 TARGET_DIR=$(cargo metadata --no-deps --format-version 1 --offline | jq -r .target_directory)
 exec "$TARGET_DIR/debug/local-up-cluster" "$@"

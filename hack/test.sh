@@ -108,7 +108,7 @@ RCP_TEST_BIN_DIR="$CACHE/bin-oldest" cargo nextest run --workspace --locked --pr
     | test(~the_kubelet_pulls_from_ecr_with_the_credentials_of_ecr_credential_provider)'
 
 phase "local-up-cluster smoke run (the README's main job)"
-LOCAL_UP_EXIT_AFTER_START=1 hack/local-up-cluster.sh > "${TMPDIR:-/tmp}/local-up-cluster.log" 2>&1 || {
+RCP_IMAGE_PROFILE=dev LOCAL_UP_EXIT_AFTER_START=1 hack/local-up-cluster.sh > "${TMPDIR:-/tmp}/local-up-cluster.log" 2>&1 || {
   cat "${TMPDIR:-/tmp}/local-up-cluster.log"; echo "[test.sh] hack/local-up-cluster.sh failed" >&2; exit 1; }
 grep -q 'aws:///us-east-1' "${TMPDIR:-/tmp}/local-up-cluster.log" || {
   cat "${TMPDIR:-/tmp}/local-up-cluster.log"; echo "[test.sh] local-up-cluster printed no initialised node" >&2; exit 1; }
@@ -118,7 +118,7 @@ grep -Eq 'cloud-controller-manager-[a-z0-9]+ +1/1 +Running' "${TMPDIR:-/tmp}/loc
   cat "${TMPDIR:-/tmp}/local-up-cluster.log"; echo "[test.sh] local-up-cluster printed no Ready CCM Pod" >&2; exit 1; }
 
 phase "local-up-cluster --provider openstack smoke run"
-LOCAL_UP_EXIT_AFTER_START=1 hack/local-up-cluster.sh --provider openstack > "${TMPDIR:-/tmp}/local-up-cluster-openstack.log" 2>&1 || {
+RCP_IMAGE_PROFILE=dev LOCAL_UP_EXIT_AFTER_START=1 hack/local-up-cluster.sh --provider openstack > "${TMPDIR:-/tmp}/local-up-cluster-openstack.log" 2>&1 || {
   cat "${TMPDIR:-/tmp}/local-up-cluster-openstack.log"; echo "[test.sh] hack/local-up-cluster.sh --provider openstack failed" >&2; exit 1; }
 grep -q 'openstack:///' "${TMPDIR:-/tmp}/local-up-cluster-openstack.log" || {
   cat "${TMPDIR:-/tmp}/local-up-cluster-openstack.log"; echo "[test.sh] local-up-cluster --provider openstack printed no initialised node" >&2; exit 1; }

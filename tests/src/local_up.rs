@@ -677,9 +677,12 @@ impl LocalUp {
 
 /// `hack/build-image.sh --profile dev <provider>` into `dir`; the image to import.
 pub fn ccm_image(provider: &str, dir: &Path) -> Result<Image> {
+    // The tests' image is the dev build (quick to build); `hack/local-up-cluster.sh` runs the
+    // release build, as users do (RCP_IMAGE_PROFILE=release).
+    let profile = std::env::var("RCP_IMAGE_PROFILE").unwrap_or_else(|_| "dev".into());
     let out = std::process::Command::new("bash")
         .arg(paths::workspace_root().join("hack/build-image.sh"))
-        .args(["--profile", "dev", "--out"])
+        .args(["--profile", &profile, "--out"])
         .arg(dir)
         .arg(provider)
         .output()?;
