@@ -583,6 +583,70 @@ impl LocalUp {
         self.cluster.cluster.kubectl(&["-n", "kube-system", "logs", pod])
     }
 
+    /// Runs `doctor` in the cluster as docs/prerequisites.md says: a Pod of the CCM's image
+    /// with the CCM's ServiceAccount and its cloud config (`volume`, mounted at `/etc/config`),
+    /// made with `kubectl run --overrides`; waits for it to end and returns whether it
+    /// succeeded (exit code 0: no failed check) and its log. (The API server's address comes
+    /// from `local-endpoints`, as no kube-proxy runs here.)
+    pub async fn doctor_pod(
+        &mut self,
+        config_file: &str,
+        volume: serde_json::Value,
+    ) -> Result<(bool, String)> {
+        let k = &self.cluster.cluster;
+        let image = k.kubectl(&[
+            "-n",
+            "kube-system",
+            "get",
+            "daemonset",
+            "cloud-controller-manager",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image}",
+        ])?;
+        let mut volume = volume;
+        volume["name"] = "cloud-config".into();
+        let overrides = serde_json::json!({"spec": {
+            "serviceAccountName": "cloud-controller-manager",
+            "hostNetwork": true,
+            "restartPolicy": "Never",
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{
+                "name": "ccm-doctor",
+                "image": image,
+                "args": ["doctor", format!("--cloud-config=/etc/config/{config_file}")],
+                "envFrom": [{"configMapRef": {"name": "local-endpoints"}}],
+                "volumeMounts": [{"name": "cloud-config", "mountPath": "/etc/config", "readOnly": true}],
+            }],
+            "volumes": [volume],
+        }});
+        k.kubectl(&[
+            "-n",
+            "kube-system",
+            "run",
+            "ccm-doctor",
+            "--restart=Never",
+            &format!("--image={image}"),
+            &format!("--overrides={overrides}"),
+        ])?;
+        let pods: Api<Pod> = Api::namespaced(k.client().await?, "kube-system");
+        let ended = wait_for("the doctor Pod to end", Duration::from_secs(120), || async {
+            let phase = pods.get("ccm-doctor").await.ok()?.status?.phase?;
+            matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
+        })
+        .await;
+        let phase = ended.with_context(|| self.diagnostics())?;
+        let log = self.kubectl_logs("ccm-doctor")?;
+        self.cluster.cluster.kubectl(&[
+            "-n",
+            "kube-system",
+            "delete",
+            "pod",
+            "ccm-doctor",
+            "--wait=false",
+        ])?;
+        Ok((phase == "Succeeded", log))
+    }
+
     /// The resident memory of each CCM container's process (KiB), found by the node cgroups.
     pub fn ccm_rss_kib(&mut self) -> Vec<(String, u64)> {
         let mut out = Vec::new();

@@ -395,7 +395,20 @@ async fn openstack_ccm_pods_initialise_kubelet_nodes_serve_a_load_balancer_and_f
         },
         internal_ip_from_the_cloud,
     )
-    .await
+    .await?;
+    // `doctor` in the cluster, as docs/prerequisites.md runs it: a Pod of the CCM's image with
+    // its ServiceAccount and the chart's cloud-config Secret. Every check passes (exit 0).
+    let (ok, log) = up
+        .doctor_pod(
+            "cloud.conf",
+            serde_json::json!({"secret": {"secretName": "cloud-config"}}),
+        )
+        .await?;
+    println!("$ kubectl -n kube-system run ccm-doctor … doctor\n{log}");
+    assert!(ok, "doctor failed in the cluster:\n{log}");
+    assert!(log.contains("keystone"), "{log}");
+    rcp_e2e::secrets::assert_none_in("the doctor Pod's log", &log);
+    Ok(())
 }
 
 /// The kubelet pulls an image from a private ECR registry with the credentials our
