@@ -2,7 +2,11 @@
 # The released image of each provider: one multi-arch OCI image (linux/amd64 and linux/arm64)
 # per cloud-controller-manager, tagged with the crates' version, from the release build.
 #
-#   hack/release-image.sh [--out DIR] [--push REGISTRY/PREFIX] aws|vsphere|openstack ...
+#   hack/release-image.sh [--out DIR] [--push REGISTRY/PREFIX] [--profile release|dev]
+#                         [--arches "amd64 arm64"] aws|vsphere|openstack ...
+#
+# (--profile dev --arches amd64 makes the same index over the debug build of the host's
+# architecture only: tests/tests/real_cluster.rs has the kubelets pull that through a registry.)
 #
 # For each provider: hack/build-image.sh --profile release for amd64 (natively) and arm64
 # (cross-compiled: `rustup target add aarch64-unknown-linux-gnu`, Debian's gcc-aarch64-linux-gnu
@@ -18,12 +22,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=$PWD/target/images
 PUSH=""
+PROFILE=release
+ARCHES="amd64 arm64"
 PROVIDERS=()
 while (($#)); do
   case "$1" in
     --out) OUT=$2; shift 2 ;;
     --push) PUSH=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --profile) PROFILE=$2; shift 2 ;;
+    --arches) ARCHES=$2; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     aws|vsphere|openstack) PROVIDERS+=("$1"); shift ;;
     *) echo "release-image: unknown argument $1 (providers: aws, vsphere, openstack)" >&2; exit 2 ;;
   esac
@@ -45,25 +53,28 @@ blob() {
 
 for provider in "${PROVIDERS[@]}"; do
   bin=cloud-controller-manager-$provider
-  hack/build-image.sh --profile release --arch amd64 --out "$OUT" "$provider"
-  hack/build-image.sh --profile release --arch arm64 --out "$OUT" "$provider"
+  for arch in $ARCHES; do
+    hack/build-image.sh --profile "$PROFILE" --arch "$arch" --out "$OUT" "$provider"
+  done
 
   # The arm64 binary is what it says.
-  rootfs=$(mktemp -d)
-  tar -C "$rootfs" -xf "$OUT/$bin-arm64.rootfs.tar"
-  elf=$(file -b "$rootfs/usr/local/bin/cloud-controller-manager" 2>/dev/null || aarch64-linux-gnu-readelf -h "$rootfs/usr/local/bin/cloud-controller-manager" | grep Machine)
-  [[ $elf == *aarch64* || $elf == *AArch64* ]] || { echo "release-image: the arm64 binary is not an aarch64 ELF: $elf" >&2; exit 1; }
-  echo "[release-image] arm64 binary: $elf"
-  if command -v qemu-aarch64 >/dev/null; then
-    echo "[release-image] under qemu-aarch64: $(qemu-aarch64 -L "$rootfs" "$rootfs/usr/local/bin/cloud-controller-manager" --version)"
+  if [[ " $ARCHES " == *" arm64 "* ]]; then
+    rootfs=$(mktemp -d)
+    tar -C "$rootfs" -xf "$OUT/$bin-arm64.rootfs.tar"
+    elf=$(file -b "$rootfs/usr/local/bin/cloud-controller-manager" 2>/dev/null || aarch64-linux-gnu-readelf -h "$rootfs/usr/local/bin/cloud-controller-manager" | grep Machine)
+    [[ $elf == *aarch64* || $elf == *AArch64* ]] || { echo "release-image: the arm64 binary is not an aarch64 ELF: $elf" >&2; exit 1; }
+    echo "[release-image] arm64 binary: $elf"
+    if command -v qemu-aarch64 >/dev/null; then
+      echo "[release-image] under qemu-aarch64: $(qemu-aarch64 -L "$rootfs" "$rootfs/usr/local/bin/cloud-controller-manager" --version)"
+    fi
+    rm -rf "$rootfs"
   fi
-  rm -rf "$rootfs"
 
   dst="$OUT/release/$bin"
   rm -rf "$dst" "$dst.oci.tar"
   mkdir -p "$dst/blobs/sha256"
   manifests=()
-  for arch in amd64 arm64; do
+  for arch in $ARCHES; do
     src="$OUT/$bin"; [[ $arch == arm64 ]] && src="$OUT/$bin-arm64"
     cp -n "$src"/blobs/sha256/* "$dst/blobs/sha256/"
     manifests+=("$(jq -c --arg arch "$arch" '.manifests[0] | {mediaType, digest, size, platform: {architecture: $arch, os: "linux"}}' "$src/index.json")")

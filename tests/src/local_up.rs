@@ -292,9 +292,12 @@ impl LocalUp {
         // overlay's is imported into each node's containerd.
         let (cluster, registry) = if deploy == Deploy::Helm {
             let registry = Registry::start(REGISTRY_HOST, REGISTRY_USER, REGISTRY_PASSWORD).await?;
+            // The image as released: an OCI image index (hack/release-image.sh; the debug build
+            // of this machine's architecture only), which containerd resolves to its platform.
+            let release = release_image_index("vsphere", images.path())?;
             registry
                 .push_oci_archive(
-                    &image.archive,
+                    &release,
                     "rust-cloud-provider/cloud-controller-manager-vsphere",
                     env!("CARGO_PKG_VERSION"),
                     REGISTRY_USER,
@@ -760,6 +763,25 @@ pub fn ccm_image(provider: &str, dir: &Path) -> Result<Image> {
         archive: dir.join(format!("cloud-controller-manager-{provider}.oci.tar")),
         name: format!("rcp.local/cloud-controller-manager-{provider}"),
     })
+}
+
+/// `hack/release-image.sh --profile <RCP_IMAGE_PROFILE or dev> --arches amd64` of the
+/// provider into `dir`: the multi-arch image's OCI archive (an image index).
+pub fn release_image_index(provider: &str, dir: &Path) -> Result<std::path::PathBuf> {
+    let profile = std::env::var("RCP_IMAGE_PROFILE").unwrap_or_else(|_| "dev".into());
+    let out = std::process::Command::new("bash")
+        .arg(paths::workspace_root().join("hack/release-image.sh"))
+        .args(["--profile", &profile, "--arches", "amd64", "--out"])
+        .arg(dir)
+        .arg(provider)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "hack/release-image.sh {provider}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(dir.join(format!("release/cloud-controller-manager-{provider}.oci.tar")))
 }
 
 /// How the CCM is installed on the real-node cluster.

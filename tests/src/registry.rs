@@ -104,7 +104,9 @@ impl Registry {
         format!("https://{}:{}{path}", self.host, self.port)
     }
 
-    /// Pushes the image of an OCI archive (its first manifest) as `repo:tag`.
+    /// Pushes the image of an OCI archive (its first manifest) as `repo:tag`. An image index
+    /// (a multi-arch image) is pushed with every image it lists (each by digest), then the
+    /// index as `tag`.
     pub async fn push_oci_archive(
         &self,
         archive: &Path,
@@ -121,77 +123,36 @@ impl Registry {
             .arg(layout.path())
             .output()?;
         anyhow::ensure!(out.status.success(), "unpacking {}", archive.display());
-        let blob = |digest: &str| -> Result<Vec<u8>> {
-            let hex = digest.strip_prefix("sha256:").context("a sha256 digest")?;
-            Ok(std::fs::read(layout.path().join("blobs/sha256").join(hex))?)
-        };
         let index: Value = serde_json::from_slice(&std::fs::read(layout.path().join("index.json"))?)?;
         let entry = &index["manifests"][0];
-        let manifest_digest = entry["digest"].as_str().context("index without a manifest")?;
+        let digest = entry["digest"].as_str().context("index without a manifest")?;
         let media_type = entry["mediaType"]
             .as_str()
             .unwrap_or("application/vnd.oci.image.manifest.v1+json");
-        let manifest_bytes = blob(manifest_digest)?;
-        let manifest: Value = serde_json::from_slice(&manifest_bytes)?;
-        let mut digests = vec![
-            manifest["config"]["digest"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        ];
-        for layer in manifest["layers"].as_array().cloned().unwrap_or_default() {
-            digests.push(layer["digest"].as_str().unwrap_or_default().to_string());
+        let push = Push {
+            registry: self,
+            http: self.http()?,
+            layout: layout.path(),
+            repo,
+            user,
+            password,
+        };
+        if media_type == "application/vnd.oci.image.index.v1+json" {
+            let bytes = push.blob(digest)?;
+            let images: Value = serde_json::from_slice(&bytes)?;
+            for image in images["manifests"].as_array().cloned().unwrap_or_default() {
+                let d = image["digest"]
+                    .as_str()
+                    .context("an index entry without a digest")?;
+                let t = image["mediaType"]
+                    .as_str()
+                    .unwrap_or("application/vnd.oci.image.manifest.v1+json");
+                push.image(d, t, d).await?;
+            }
+            push.manifest(tag, media_type, bytes).await
+        } else {
+            push.image(digest, media_type, tag).await
         }
-        let http = self.http()?;
-        for digest in digests {
-            let start = http
-                .post(self.url(&format!("/v2/{repo}/blobs/uploads/")))
-                .basic_auth(user, Some(password))
-                .send()
-                .await?;
-            anyhow::ensure!(
-                start.status().as_u16() == 202,
-                "starting a blob upload: {}",
-                start.status()
-            );
-            let location = start
-                .headers()
-                .get("location")
-                .and_then(|l| l.to_str().ok())
-                .context("upload without a location")?
-                .to_string();
-            let location = if location.starts_with("http") {
-                location
-            } else {
-                self.url(&location)
-            };
-            let sep = if location.contains('?') { '&' } else { '?' };
-            let put = http
-                .put(format!("{location}{sep}digest={digest}"))
-                .basic_auth(user, Some(password))
-                .header("content-type", "application/octet-stream")
-                .body(blob(&digest)?)
-                .send()
-                .await?;
-            anyhow::ensure!(
-                put.status().as_u16() == 201,
-                "uploading {digest}: {}",
-                put.status()
-            );
-        }
-        let put = http
-            .put(self.url(&format!("/v2/{repo}/manifests/{tag}")))
-            .basic_auth(user, Some(password))
-            .header("content-type", media_type)
-            .body(manifest_bytes)
-            .send()
-            .await?;
-        anyhow::ensure!(
-            put.status().as_u16() == 201,
-            "putting the manifest: {}",
-            put.status()
-        );
-        Ok(())
     }
 
     /// The registry's log (one JSON-ish line per request, with the authenticated user).
@@ -207,5 +168,100 @@ impl Registry {
     /// Whether it still runs.
     pub fn check_running(&mut self) -> Result<()> {
         self.process.check_running()
+    }
+}
+
+/// One push to a [`Registry`]: an OCI layout's blobs and manifests.
+struct Push<'a> {
+    registry: &'a Registry,
+    http: reqwest::Client,
+    layout: &'a Path,
+    repo: &'a str,
+    user: &'a str,
+    password: &'a str,
+}
+
+impl Push<'_> {
+    fn blob(&self, digest: &str) -> Result<Vec<u8>> {
+        let hex = digest.strip_prefix("sha256:").context("a sha256 digest")?;
+        Ok(std::fs::read(self.layout.join("blobs/sha256").join(hex))?)
+    }
+
+    /// The image manifest `digest` (its config and layers first) as `reference`.
+    async fn image(&self, digest: &str, media_type: &str, reference: &str) -> Result<()> {
+        let bytes = self.blob(digest)?;
+        let manifest: Value = serde_json::from_slice(&bytes)?;
+        let mut digests = vec![
+            manifest["config"]["digest"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        ];
+        for layer in manifest["layers"].as_array().cloned().unwrap_or_default() {
+            digests.push(layer["digest"].as_str().unwrap_or_default().to_string());
+        }
+        for d in digests {
+            self.upload(&d).await?;
+        }
+        self.manifest(reference, media_type, bytes).await
+    }
+
+    async fn upload(&self, digest: &str) -> Result<()> {
+        let (r, http) = (self.registry, &self.http);
+        let start = http
+            .post(r.url(&format!("/v2/{}/blobs/uploads/", self.repo)))
+            .basic_auth(self.user, Some(self.password))
+            .send()
+            .await?;
+        anyhow::ensure!(
+            start.status().as_u16() == 202,
+            "starting a blob upload: {}",
+            start.status()
+        );
+        let location = start
+            .headers()
+            .get("location")
+            .and_then(|l| l.to_str().ok())
+            .context("upload without a location")?
+            .to_string();
+        let location = if location.starts_with("http") {
+            location
+        } else {
+            r.url(&location)
+        };
+        let sep = if location.contains('?') { '&' } else { '?' };
+        let put = http
+            .put(format!("{location}{sep}digest={digest}"))
+            .basic_auth(self.user, Some(self.password))
+            .header("content-type", "application/octet-stream")
+            .body(self.blob(digest)?)
+            .send()
+            .await?;
+        anyhow::ensure!(
+            put.status().as_u16() == 201,
+            "uploading {digest}: {}",
+            put.status()
+        );
+        Ok(())
+    }
+
+    async fn manifest(&self, reference: &str, media_type: &str, bytes: Vec<u8>) -> Result<()> {
+        let put = self
+            .http
+            .put(
+                self.registry
+                    .url(&format!("/v2/{}/manifests/{reference}", self.repo)),
+            )
+            .basic_auth(self.user, Some(self.password))
+            .header("content-type", media_type)
+            .body(bytes)
+            .send()
+            .await?;
+        anyhow::ensure!(
+            put.status().as_u16() == 201,
+            "putting the manifest {reference}: {}",
+            put.status()
+        );
+        Ok(())
     }
 }

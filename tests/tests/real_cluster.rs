@@ -583,6 +583,15 @@ async fn vsphere_ccm_pods_initialise_kubelet_nodes_and_fail_over() -> Result<()>
         )) && l.contains("containerd/")),
         "no pull of the CCM's image in the registry's log:\n{log}"
     );
+    // The tag names an image index (the released multi-arch form): containerd then fetched
+    // its platform's image manifest by digest.
+    assert!(
+        log.lines().any(|l| l
+            .contains("/v2/rust-cloud-provider/cloud-controller-manager-vsphere/manifests/sha256:")
+            && l.contains("HTTP/1.1\" 200")
+            && l.contains("containerd/")),
+        "containerd never fetched the platform's manifest from the index:\n{log}"
+    );
 
     // `helm upgrade` (one more flag): the DaemonSet rolls its Pod, and the CCM it starts
     // initialises the next Node.
