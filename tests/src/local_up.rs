@@ -83,6 +83,8 @@ pub struct LocalUp {
     /// The image registry the nodes pull the CCM's image from, when they pull it (otherwise
     /// it is imported into each node's containerd).
     pub registry: Option<Registry>,
+    /// The digest of the image index in [`Self::registry`] (what `helm upgrade` may pin).
+    pub image_digest: Option<String>,
     _images: TempDir,
 }
 
@@ -115,13 +117,15 @@ impl LocalUp {
                 provider_id: i.provider_id(),
             })
             .collect();
-        let cluster = RealCluster::start(vec![image], &[moto.port()]).await?;
+        let (cluster, registry, image_digest) =
+            cluster_for(deploy, "aws", image, images.path(), &[moto.port()]).await?;
         let mut up = Self {
             cluster,
             cloud: Cloud::Aws { moto, world },
             machines: list,
             provider: "aws",
-            registry: None,
+            registry,
+            image_digest,
             _images: images,
         };
         for i in 0..control_plane {
@@ -163,7 +167,6 @@ impl LocalUp {
                 args.extend(literals.iter().map(String::as_str));
                 up.cluster.cluster.kubectl(&args)?;
                 let values = serde_json::json!({
-                    "image": {"repository": "rcp.local/cloud-controller-manager-aws"},
                     "cloudConfig": {"contents": cloud_conf},
                     "args": ["--cluster-name=local-up"],
                     "useServiceAccountCredentials": true,
@@ -214,7 +217,8 @@ impl LocalUp {
             project.neutron_proxy.port(),
             project.octavia_proxy.port(),
         ];
-        let cluster = RealCluster::start(vec![image], &ports).await?;
+        let (cluster, registry, image_digest) =
+            cluster_for(deploy, "openstack", image, images.path(), &ports).await?;
         let cloud_conf = format!(
             "{}[LoadBalancer]\nsubnet-id = {}\nfloating-network-id = {}\n",
             project.global_section(),
@@ -231,7 +235,8 @@ impl LocalUp {
             },
             machines: list,
             provider: "openstack",
-            registry: None,
+            registry,
+            image_digest,
             _images: images,
         };
         for i in 0..control_plane {
@@ -247,7 +252,6 @@ impl LocalUp {
             }
             Deploy::Helm => {
                 let values = serde_json::json!({
-                    "image": {"repository": "rcp.local/cloud-controller-manager-openstack"},
                     "cloudConfig": {"create": true, "contents": cloud_conf},
                     "envFrom": [{"configMapRef": {"name": "local-endpoints"}}],
                 });
@@ -288,28 +292,8 @@ impl LocalUp {
             .next()
             .and_then(|p| p.parse().ok())
             .context("vcsim's port")?;
-        // With helm, the image is pulled from a registry, as on a real cluster; the kustomize
-        // overlay's is imported into each node's containerd.
-        let (cluster, registry) = if deploy == Deploy::Helm {
-            let registry = Registry::start(REGISTRY_HOST, REGISTRY_USER, REGISTRY_PASSWORD).await?;
-            // The image as released: an OCI image index (hack/release-image.sh; the debug build
-            // of this machine's architecture only), which containerd resolves to its platform.
-            let release = release_image_index("vsphere", images.path())?;
-            registry
-                .push_oci_archive(
-                    &release,
-                    "rust-cloud-provider/cloud-controller-manager-vsphere",
-                    env!("CARGO_PKG_VERSION"),
-                    REGISTRY_USER,
-                    REGISTRY_PASSWORD,
-                )
-                .await?;
-            let mut cluster = RealCluster::start(vec![], &[port]).await?;
-            cluster.forward(443, registry.port);
-            (cluster, Some(registry))
-        } else {
-            (RealCluster::start(vec![image], &[port]).await?, None)
-        };
+        let (cluster, registry, image_digest) =
+            cluster_for(deploy, "vsphere", image, images.path(), &[port]).await?;
         let conf = format!(
             "global:\n  port: {port}\n  insecureFlag: true\n  secretName: vsphere-cloud-secret\n  \
              secretNamespace: kube-system\nvcenter:\n  sim:\n    server: 127.0.0.1\n    datacenters:\n    - DC0\n\
@@ -326,6 +310,7 @@ impl LocalUp {
             machines: list,
             provider: "vsphere",
             registry,
+            image_digest,
             _images: images,
         };
         for i in 0..control_plane {
@@ -348,25 +333,7 @@ impl LocalUp {
                     .filter_map(|l| l.split_once('='))
                     .map(|(k, v)| (k.to_string(), v.into()))
                     .collect();
-                // A private registry, as many have: the kubelets pull with a docker-registry
-                // Secret the chart names.
-                up.cluster.cluster.kubectl(&[
-                    "-n",
-                    "kube-system",
-                    "create",
-                    "secret",
-                    "docker-registry",
-                    "registry-pull",
-                    &format!("--docker-server={REGISTRY_HOST}"),
-                    &format!("--docker-username={REGISTRY_USER}"),
-                    &format!("--docker-password={REGISTRY_PASSWORD}"),
-                ])?;
                 let values = serde_json::json!({
-                    "image": {
-                        "repository": format!("{REGISTRY_HOST}/rust-cloud-provider/cloud-controller-manager-vsphere"),
-                        "pullPolicy": "IfNotPresent",
-                    },
-                    "imagePullSecrets": [{"name": "registry-pull"}],
                     "cloudConfig": {"create": true, "contents": conf},
                     "credentials": {"create": true, "data": data},
                     "useServiceAccountCredentials": true,
@@ -396,7 +363,28 @@ impl LocalUp {
         let mut args = vec!["-n", "kube-system", "create", "configmap", "local-endpoints"];
         args.extend(endpoints.iter().map(String::as_str));
         k.kubectl(&args)?;
-        self.helm_install_values(provider, values)
+        let mut values = values.clone();
+        if self.registry.is_some() {
+            // A private registry, as many have: the kubelets pull with a docker-registry
+            // Secret the chart names.
+            k.kubectl(&[
+                "-n",
+                "kube-system",
+                "create",
+                "secret",
+                "docker-registry",
+                "registry-pull",
+                &format!("--docker-server={REGISTRY_HOST}"),
+                &format!("--docker-username={REGISTRY_USER}"),
+                &format!("--docker-password={REGISTRY_PASSWORD}"),
+            ])?;
+            values["image"] = serde_json::json!({
+                "repository": format!("{REGISTRY_HOST}/rust-cloud-provider/cloud-controller-manager-{provider}"),
+                "pullPolicy": "IfNotPresent",
+            });
+            values["imagePullSecrets"] = serde_json::json!([{"name": "registry-pull"}]);
+        }
+        self.helm_install_values(provider, &values)
     }
 
     /// `helm upgrade ccm …` of the release [`Self::helm_install`] made, with `args` (e.g.
@@ -622,6 +610,11 @@ impl LocalUp {
             }],
             "volumes": [volume],
         }});
+        let mut overrides = overrides;
+        if self.registry.is_some() {
+            // The DaemonSet's pull Secret (the doctor's Pod may land on a Node without the image).
+            overrides["spec"]["imagePullSecrets"] = serde_json::json!([{"name": "registry-pull"}]);
+        }
         k.kubectl(&[
             "-n",
             "kube-system",
@@ -782,6 +775,42 @@ pub fn release_image_index(provider: &str, dir: &Path) -> Result<std::path::Path
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(dir.join(format!("release/cloud-controller-manager-{provider}.oci.tar")))
+}
+
+/// The real-node cluster for `deploy`: with helm, its kubelets pull the CCM's image as
+/// released — an OCI image index ([`release_image_index`]) in a private registry (returned,
+/// with the index's digest), resolved by containerd to its platform; with kustomize, `image`
+/// is imported into each node's containerd.
+async fn cluster_for(
+    deploy: Deploy,
+    provider: &str,
+    image: Image,
+    images: &Path,
+    cloud_ports: &[u16],
+) -> Result<(RealCluster, Option<Registry>, Option<String>)> {
+    if deploy == Deploy::Kustomize {
+        return Ok((RealCluster::start(vec![image], cloud_ports).await?, None, None));
+    }
+    let registry = Registry::start(REGISTRY_HOST, REGISTRY_USER, REGISTRY_PASSWORD).await?;
+    let release = release_image_index(provider, images)?;
+    registry
+        .push_oci_archive(
+            &release,
+            &format!("rust-cloud-provider/cloud-controller-manager-{provider}"),
+            env!("CARGO_PKG_VERSION"),
+            REGISTRY_USER,
+            REGISTRY_PASSWORD,
+        )
+        .await?;
+    let layout = images.join(format!("release/cloud-controller-manager-{provider}/index.json"));
+    let index: serde_json::Value = serde_json::from_slice(&std::fs::read(&layout)?)?;
+    let digest = index["manifests"][0]["digest"]
+        .as_str()
+        .context("the release layout names no index")?
+        .to_string();
+    let mut cluster = RealCluster::start(vec![], cloud_ports).await?;
+    cluster.forward(443, registry.port);
+    Ok((cluster, Some(registry), Some(digest)))
 }
 
 /// How the CCM is installed on the real-node cluster.

@@ -593,14 +593,28 @@ async fn vsphere_ccm_pods_initialise_kubelet_nodes_and_fail_over() -> Result<()>
         "containerd never fetched the platform's manifest from the index:\n{log}"
     );
 
-    // `helm upgrade` (one more flag): the DaemonSet rolls its Pod, and the CCM it starts
-    // initialises the next Node.
+    // `helm upgrade` (the image pinned by digest, one more flag): the DaemonSet rolls its Pod,
+    // and the CCM it starts initialises the next Node.
     let client = up.cluster.cluster.client().await?;
     let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), "kube-system");
     let before = daemonsets.get("cloud-controller-manager").await?;
     let generation = before.metadata.generation.unwrap_or_default();
-    // As a user changes one value: the rest reused.
-    up.helm_upgrade("vsphere", &["--reuse-values", "--set-json", r#"args=["--v=3"]"#])?;
+    // As a user moves to another image — here the released index pinned by its digest — and
+    // changes one flag: the rest of the values reused.
+    let digest = up
+        .image_digest
+        .clone()
+        .context("the Helm install's image digest")?;
+    up.helm_upgrade(
+        "vsphere",
+        &[
+            "--reuse-values",
+            "--set",
+            &format!("image.digest={digest}"),
+            "--set-json",
+            r#"args=["--v=3"]"#,
+        ],
+    )?;
     wait_for("the upgraded DaemonSet rolled out", STEP, || async {
         let ds = daemonsets.get("cloud-controller-manager").await.ok()?;
         let status = ds.status?;
@@ -619,8 +633,12 @@ async fn vsphere_ccm_pods_initialise_kubelet_nodes_and_fail_over() -> Result<()>
             .spec
             .as_ref()
             .and_then(|s| s.containers[0].args.as_ref())
-            .is_some_and(|a| a.iter().any(|a| a == "--v=3"))),
-        "the CCM Pods run the upgraded DaemonSet"
+            .is_some_and(|a| a.iter().any(|a| a == "--v=3"))
+            && p.spec.as_ref().is_some_and(|s| s.containers[0]
+                .image
+                .as_deref()
+                .is_some_and(|i| i.ends_with(&format!("@{digest}"))))),
+        "the CCM Pods run the upgraded DaemonSet (the image by digest, --v=3)"
     );
     up.start_node(3, false).await?;
     let fourth = up.wait_initialised(3).await?;
