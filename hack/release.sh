@@ -16,6 +16,10 @@
 #                                    e.g. --owner LOGIN, required for crates.io; a run that
 #                                    stops part-way is resumed by running it again) and record
 #                                    the release in hack/last-release (commit that file)
+#   hack/release.sh image [OPTION…] aws|vsphere|openstack …
+#                                    the released images: multi-arch (linux/amd64 + linux/arm64)
+#                                    OCI images of the version, built by hack/release-image.sh
+#                                    (OPTIONs go to it, e.g. --push REGISTRY/PREFIX)
 #
 # hack/last-release names the version last published and the commit it was published from:
 # hack/semver-checks.sh compares the staged crates' API with it.
@@ -75,6 +79,9 @@ case "$cmd" in
     (cd fuzz && cargo update --workspace --offline --quiet)
     echo "release: $old -> $new (workspace version and $pins sibling pins; Cargo.lock updated)"
     echo "release: next: commit, then hack/release.sh publish"
+    ;;
+  image)
+    exec hack/release-image.sh "$@"
     ;;
   check)
     version=$(current_version)

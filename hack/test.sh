@@ -91,7 +91,19 @@ trap 'hack/openstack.sh stop >/dev/null 2>&1 || true' EXIT
 hack/openstack.sh start >/dev/null
 
 phase "cargo nextest run --workspace"
+# Every moto server leaves the IAM actions of the calls our programs made in RCP_AWS_CALLS_DIR
+# (tests/src/moto.rs), checked against the shipped IAM policies after the run.
+RCP_AWS_CALLS_DIR=$(mktemp -d "${TMPDIR:-/tmp}/rcp-aws-calls.XXXXXX")
+export RCP_AWS_CALLS_DIR
 cargo nextest run --workspace --locked --profile ci "${NEXTEST_ARGS[@]}"
+
+phase "the AWS calls moto saw against the IAM policies (hack/verify-iam-calls.sh)"
+# The whole suite's calls (a filtered run may make none of a program's).
+if ((${#NEXTEST_ARGS[@]} == 0)); then
+  hack/verify-iam-calls.sh "$RCP_AWS_CALLS_DIR"
+else
+  echo "[test.sh] a filtered run: the IAM check needs the whole suite's calls; skipped"
+fi
 
 phase "the window's oldest minor: core scenarios on $(readlink -f "$CACHE/bin-oldest/kube-apiserver" | sed 's|.*/kubernetes-\(v[^/]*\)/.*|\1|')"
 # The same test binaries with the oldest tested minor's API server, kubelet, controller-manager

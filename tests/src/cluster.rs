@@ -480,25 +480,7 @@ impl TestCluster {
     /// Runs helm (built by hack/install-test-deps.sh from its Go module) against this cluster,
     /// with its own cache, config and data directories in the cluster's directory.
     pub fn helm(&self, args: &[&str]) -> Result<String> {
-        let home = self.dir().join("helm");
-        let out = Command::new(paths::test_bin("helm")?)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .env("HELM_CACHE_HOME", home.join("cache"))
-            .env("HELM_CONFIG_HOME", home.join("config"))
-            .env("HELM_DATA_HOME", home.join("data"))
-            .output()
-            .context("starting helm")?;
-        if !out.status.success() {
-            bail!(
-                "helm {} failed ({}): {}",
-                args.join(" "),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(String::from_utf8(out.stdout)?)
+        helm(&self.dir().join("helm"), Some(&self.kubeconfig), args)
     }
 
     /// Runs kubectl with `stdin` piped in (e.g. `apply -f -`).
@@ -525,6 +507,32 @@ pub async fn client_from_kubeconfig(path: &Path) -> Result<Client> {
     let kubeconfig = Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     Ok(Client::try_from(config)?)
+}
+
+/// Runs helm (built by hack/install-test-deps.sh from its Go module) with its cache, config
+/// and data directories under `home`, against `kubeconfig`'s cluster when given; its stdout, or
+/// an error with its stderr.
+pub fn helm(home: &Path, kubeconfig: Option<&Path>, args: &[&str]) -> Result<String> {
+    let mut cmd = Command::new(paths::test_bin("helm")?);
+    if let Some(kubeconfig) = kubeconfig {
+        cmd.arg("--kubeconfig").arg(kubeconfig);
+    }
+    let out = cmd
+        .args(args)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .output()
+        .context("starting helm")?;
+    if !out.status.success() {
+        bail!(
+            "helm {} failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?)
 }
 
 fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Result<String> {

@@ -737,43 +737,39 @@ impl LocalUp {
 
 /// `hack/build-image.sh --profile dev <provider>` into `dir`; the image to import.
 pub fn ccm_image(provider: &str, dir: &Path) -> Result<Image> {
-    // The tests' image is the dev build (quick to build); `hack/local-up-cluster.sh` runs the
-    // release build, as users do (RCP_IMAGE_PROFILE=release).
-    let profile = std::env::var("RCP_IMAGE_PROFILE").unwrap_or_else(|_| "dev".into());
-    let out = std::process::Command::new("bash")
-        .arg(paths::workspace_root().join("hack/build-image.sh"))
-        .args(["--profile", &profile, "--out"])
-        .arg(dir)
-        .arg(provider)
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "hack/build-image.sh {provider}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    image_script("build-image.sh", &[], provider, dir)?;
     Ok(Image {
         archive: dir.join(format!("cloud-controller-manager-{provider}.oci.tar")),
         name: format!("rcp.local/cloud-controller-manager-{provider}"),
     })
 }
 
-/// `hack/release-image.sh --profile <RCP_IMAGE_PROFILE or dev> --arches amd64` of the
-/// provider into `dir`: the multi-arch image's OCI archive (an image index).
-pub fn release_image_index(provider: &str, dir: &Path) -> Result<std::path::PathBuf> {
+/// Runs `hack/<script> --profile <profile> <args> --out <dir> <provider>`. The tests' image is
+/// the dev build (quick to build); `hack/local-up-cluster.sh` runs the release build, as users
+/// do (RCP_IMAGE_PROFILE=release).
+fn image_script(script: &str, args: &[&str], provider: &str, dir: &Path) -> Result<()> {
     let profile = std::env::var("RCP_IMAGE_PROFILE").unwrap_or_else(|_| "dev".into());
     let out = std::process::Command::new("bash")
-        .arg(paths::workspace_root().join("hack/release-image.sh"))
-        .args(["--profile", &profile, "--arches", "amd64", "--out"])
+        .arg(paths::workspace_root().join("hack").join(script))
+        .args(["--profile", &profile])
+        .args(args)
+        .arg("--out")
         .arg(dir)
         .arg(provider)
         .output()?;
     anyhow::ensure!(
         out.status.success(),
-        "hack/release-image.sh {provider}: {}{}",
+        "hack/{script} {provider}: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    Ok(())
+}
+
+/// `hack/release-image.sh --profile <RCP_IMAGE_PROFILE or dev> --arches amd64` of the
+/// provider into `dir`: the multi-arch image's OCI archive (an image index).
+pub fn release_image_index(provider: &str, dir: &Path) -> Result<std::path::PathBuf> {
+    image_script("release-image.sh", &["--arches", "amd64"], provider, dir)?;
     Ok(dir.join(format!("release/cloud-controller-manager-{provider}.oci.tar")))
 }
 

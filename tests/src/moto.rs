@@ -39,6 +39,27 @@ impl std::fmt::Debug for Moto {
     }
 }
 
+/// With `RCP_AWS_CALLS_DIR` set (hack/test.sh sets it), a stopped moto leaves there the IAM
+/// actions of the requests this project's programs made ([`Moto::iam_calls`]), one
+/// `<application> <action>` line each: hack/verify-iam-calls.sh checks the whole suite's
+/// against the shipped IAM policies.
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let Some(dir) = std::env::var_os("RCP_AWS_CALLS_DIR") else {
+            return;
+        };
+        let lines: Vec<String> = self
+            .iam_calls()
+            .into_iter()
+            .map(|(app, action)| format!("{app} {action}\n"))
+            .collect();
+        let file = std::path::Path::new(&dir).join(format!("moto-{}-{}.calls", std::process::id(), self.port()));
+        if let Err(e) = std::fs::write(&file, lines.concat()) {
+            eprintln!("could not write {}: {e}", file.display());
+        }
+    }
+}
+
 impl Moto {
     /// Starts moto and waits until it answers.
     pub async fn start() -> Result<Self> {
@@ -129,6 +150,44 @@ impl Moto {
                     })
                     .unwrap_or_default();
                 Some((headers, body))
+            })
+            .collect()
+    }
+
+    /// The IAM actions (`ec2:DescribeInstances`, `elasticloadbalancing:CreateLoadBalancer`,
+    /// `ecr:GetAuthorizationToken`, …) of the requests moto received from this project's
+    /// programs, each with the program's application name from its user agent
+    /// (`app/rust-cloud-provider`, `app/rust-cloud-provider-ecr`). Requests of the tests' own
+    /// SDK clients and of the upstream Go CCM carry no such name and are left out.
+    pub fn iam_calls(&self) -> Vec<(String, String)> {
+        self.recorded()
+            .into_iter()
+            .filter_map(|(headers, body)| {
+                let agent = [headers.get("x-amz-user-agent"), headers.get("user-agent")]
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|ua| ua.split(' '))
+                    .find_map(|token| token.strip_prefix("app/"))?
+                    .to_string();
+                if !agent.starts_with("rust-cloud-provider") {
+                    return None;
+                }
+                // Credential=<key>/<date>/<region>/<service>/aws4_request
+                let service = headers
+                    .get("authorization")?
+                    .split("Credential=")
+                    .nth(1)?
+                    .split('/')
+                    .nth(3)?
+                    .to_string();
+                let action = match headers.get("x-amz-target") {
+                    Some(target) => target.rsplit('.').next()?.to_string(),
+                    None => body
+                        .split('&')
+                        .find_map(|kv| kv.strip_prefix("Action="))?
+                        .to_string(),
+                };
+                Some((agent, format!("{service}:{action}")))
             })
             .collect()
     }

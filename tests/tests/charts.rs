@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use rcp_e2e::{TestCluster, paths};
 use serde_json::{Value, json};
 
@@ -20,23 +20,9 @@ fn chart(provider: &str) -> String {
         .to_string()
 }
 
-/// `helm <args>` with its own home directories; stdout, or an error with stderr.
+/// `helm <args>` with its home directories under `dir` (no cluster).
 fn helm(dir: &std::path::Path, args: &[&str]) -> Result<String> {
-    let out = std::process::Command::new(paths::test_bin("helm")?)
-        .args(args)
-        .env("HELM_CACHE_HOME", dir.join("cache"))
-        .env("HELM_CONFIG_HOME", dir.join("config"))
-        .env("HELM_DATA_HOME", dir.join("data"))
-        .output()?;
-    if !out.status.success() {
-        bail!(
-            "helm {} failed ({}): {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8(out.stdout)?)
+    rcp_e2e::cluster::helm(dir, None, args)
 }
 
 /// `helm template` of the provider's chart with `values` (written as a values file).

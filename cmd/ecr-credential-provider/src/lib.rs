@@ -344,6 +344,10 @@ async fn sdk_config(
         .operation_attempt_timeout(REQUEST_TIMEOUT)
         .build();
     let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest()).timeout_config(timeouts);
+    // `app/rust-cloud-provider-ecr` in the user agent: which program called (CloudTrail).
+    if let Ok(app) = aws_config::AppName::new("rust-cloud-provider-ecr") {
+        loader = loader.app_name(app);
+    }
     match region {
         Some(r) => loader = loader.region(aws_config::Region::new(r)),
         None => tracing::warn!(

@@ -51,6 +51,10 @@ use crate::{
     },
 };
 
+/// The application name every AWS request of the CCM carries in its user agent
+/// (`app/rust-cloud-provider`).
+pub const APP_NAME: &str = "rust-cloud-provider";
+
 /// The provider name.
 pub const PROVIDER_NAME: &str = "aws";
 /// Instance IDs of Fargate nodes start with this (AWS-13).
@@ -185,7 +189,7 @@ impl AwsCloud {
                 "cloud config: this provider makes no calls to this service; the override is kept and unused"
             );
         }
-        let loader = aws_config::defaults(BehaviorVersion::latest())
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
             .region(Region::new(region.clone()))
             .retry_config(RetryConfig::standard().with_max_attempts(3))
             .timeout_config(
@@ -193,6 +197,12 @@ impl AwsCloud {
                     .operation_attempt_timeout(Duration::from_secs(30))
                     .build(),
             );
+        // Every request says which program made it (`app/rust-cloud-provider` in its user
+        // agent): CloudTrail's userAgent tells this CCM's calls apart, and the tests check the
+        // IAM policy against the calls moto saw with it.
+        if let Ok(app) = aws_config::AppName::new(APP_NAME) {
+            loader = loader.app_name(app);
+        }
         let mut sdk = loader.load().await;
         if !config.role_arn.is_empty() {
             // An STS override applies to the AssumeRole calls only, never to the other clients.
