@@ -53,7 +53,8 @@ impl Drop for Moto {
             .into_iter()
             .map(|(app, action)| format!("{app} {action}\n"))
             .collect();
-        let file = std::path::Path::new(&dir).join(format!("moto-{}-{}.calls", std::process::id(), self.port()));
+        let file =
+            std::path::Path::new(&dir).join(format!("moto-{}-{}.calls", std::process::id(), self.port()));
         if let Err(e) = std::fs::write(&file, lines.concat()) {
             eprintln!("could not write {}: {e}", file.display());
         }
