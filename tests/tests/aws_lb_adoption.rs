@@ -47,18 +47,30 @@ enum GoRelease {
     Newest,
 }
 
-/// What upstream's `buildTargetGroupName` of `release` names a target group: SHA-1 over the
-/// fields written one after another (written out here from the Go code of each release,
-/// independently of the provider's own code).
-fn go_target_group_name(release: GoRelease, ns: &str, name: &str, port: i32, node_port: i32) -> String {
-    let (port, node_port) = (port.to_string(), node_port.to_string());
+/// What upstream's `buildTargetGroupName` of `release` names the target group of `svc`'s first
+/// port: SHA-1 over the fields written one after another (written out here from the Go code of
+/// each release, independently of the provider's own code).
+fn go_target_group_name(release: GoRelease, svc: &Service) -> String {
+    let shape = GoNlbShape::of(svc);
+    let (ns, name) = (
+        svc.metadata.namespace.as_deref().unwrap_or("default"),
+        svc.metadata.name.as_deref().unwrap_or_default(),
+    );
+    let port = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .map(|p| p[0].port)
+        .unwrap_or_default()
+        .to_string();
+    let node_port = node_port(svc).to_string();
     let mut parts = vec![CLUSTER, ns, name, port.as_str()];
     if release != GoRelease::V1_18 {
         parts.push(&node_port);
     }
-    parts.extend(["TCP", "instance"]);
+    parts.extend([shape.protocol.as_str(), "instance"]);
     if matches!(release, GoRelease::V1_20 | GoRelease::Newest) {
-        parts.extend(["TCP", "30"]);
+        parts.extend([shape.health_protocol(), "30"]);
     }
     let mut h = sha1::Sha1::new();
     for part in parts {
@@ -76,6 +88,46 @@ fn go_target_group_name(release: GoRelease, ns: &str, name: &str, port: i32, nod
         clean(name),
         &hex::encode(h.finalize())[..10]
     )
+}
+
+/// What the Go provider made an NLB of from a Service: the traffic protocol of its first port,
+/// the health-check NodePort of an `externalTrafficPolicy: Local` Service, and the client
+/// CIDRs (`loadBalancerSourceRanges`, or everyone).
+struct GoNlbShape {
+    protocol: String,
+    health_check_node_port: Option<i32>,
+    client_cidrs: Vec<String>,
+}
+
+impl GoNlbShape {
+    fn of(svc: &Service) -> Self {
+        let spec = svc.spec.clone().unwrap_or_default();
+        let local = spec.external_traffic_policy.as_deref() == Some("Local");
+        let ranges = spec.load_balancer_source_ranges.unwrap_or_default();
+        Self {
+            protocol: spec
+                .ports
+                .as_ref()
+                .and_then(|p| p[0].protocol.clone())
+                .unwrap_or_else(|| "TCP".into()),
+            health_check_node_port: spec.health_check_node_port.filter(|_| local),
+            client_cidrs: if ranges.is_empty() {
+                vec!["0.0.0.0/0".into()]
+            } else {
+                ranges
+            },
+        }
+    }
+
+    /// HTTP on `/healthz` of the health-check NodePort for Local, TCP on the traffic port
+    /// otherwise (every release).
+    fn health_protocol(&self) -> &'static str {
+        if self.health_check_node_port.is_some() {
+            "HTTP"
+        } else {
+            "TCP"
+        }
+    }
 }
 
 fn node_port(s: &Service) -> i32 {
@@ -230,6 +282,7 @@ async fn go_nlb_of(
         svc.metadata.name.as_deref().unwrap_or_default(),
     );
     let key = format!("{ns}/{svc_name}");
+    let shape = GoNlbShape::of(svc);
     let v2 = moto.elbv2();
     let tags = [
         ("kubernetes.io/service-name", key.clone()),
@@ -258,13 +311,18 @@ async fn go_nlb_of(
     let lb_arn = lb.load_balancer_arn().unwrap_or_default().to_string();
     let tg = v2
         .create_target_group()
-        .name(go_target_group_name(release, ns, svc_name, 80, node_port(svc)))
-        .protocol(ProtocolEnum::Tcp)
+        .name(go_target_group_name(release, svc))
+        .protocol(ProtocolEnum::from(shape.protocol.as_str()))
         .port(node_port(svc))
         .vpc_id(&world.vpc_id)
         .target_type(TargetTypeEnum::Instance)
-        .health_check_protocol(ProtocolEnum::Tcp)
-        .health_check_port("traffic-port")
+        .health_check_protocol(ProtocolEnum::from(shape.health_protocol()))
+        .health_check_port(
+            shape
+                .health_check_node_port
+                .map_or("traffic-port".to_string(), |p| p.to_string()),
+        )
+        .set_health_check_path(shape.health_check_node_port.map(|_| "/healthz".to_string()))
         .health_check_interval_seconds(30)
         .healthy_threshold_count(3)
         .unhealthy_threshold_count(3)
@@ -290,8 +348,14 @@ async fn go_nlb_of(
     let listener = v2
         .create_listener()
         .load_balancer_arn(&lb_arn)
-        .port(80)
-        .protocol(ProtocolEnum::Tcp)
+        .port(
+            svc.spec
+                .as_ref()
+                .and_then(|s| s.ports.as_ref())
+                .map(|p| p[0].port)
+                .unwrap_or_default(),
+        )
+        .protocol(ProtocolEnum::from(shape.protocol.as_str()))
         .default_actions(
             Action::builder()
                 .r#type(ActionTypeEnum::Forward)
@@ -332,18 +396,25 @@ async fn go_nlb_of(
             .build()
     };
     let np = node_port(svc);
+    let health_port = shape.health_check_node_port.unwrap_or(np);
+    let client_protocol = shape.protocol.to_ascii_lowercase();
     let mut grant = moto
         .ec2()
         .authorize_security_group_ingress()
-        .group_id(&world.security_group_id)
-        .ip_permissions(rule(
-            "tcp",
+        .group_id(&world.security_group_id);
+    for cidr in &shape.client_cidrs {
+        grant = grant.ip_permissions(rule(
+            &client_protocol,
             np,
             np,
-            "0.0.0.0/0",
+            cidr,
             &format!("kubernetes.io/rule/nlb/client={name}"),
         ));
-    if release != GoRelease::Newest {
+    }
+    // Up to 1.20 the health rules were always made; the newest release makes them only where
+    // the client rule does not cover them.
+    let covered = shape.client_cidrs == ["0.0.0.0/0"] && client_protocol == "tcp" && health_port == np;
+    if release != GoRelease::Newest || !covered {
         let subnets = moto
             .ec2()
             .describe_subnets()
@@ -353,8 +424,8 @@ async fn go_nlb_of(
         for s in subnets.subnets() {
             grant = grant.ip_permissions(rule(
                 "tcp",
-                np,
-                np,
+                health_port,
+                health_port,
                 s.cidr_block().unwrap_or_default(),
                 &format!("kubernetes.io/rule/nlb/health={name}"),
             ));
@@ -362,7 +433,7 @@ async fn go_nlb_of(
     }
     grant.send().await?;
     // One path-MTU rule per client CIDR, shared by every NLB of the group.
-    let mtu_exists = moto
+    let mtu_cidrs: Vec<String> = moto
         .ec2()
         .describe_security_groups()
         .group_ids(&world.security_group_id)
@@ -372,14 +443,18 @@ async fn go_nlb_of(
         .iter()
         .flat_map(|g| g.ip_permissions())
         .flat_map(|p| p.ip_ranges())
-        .any(|r| r.description() == Some("kubernetes.io/rule/nlb/mtu"));
-    if !mtu_exists {
-        moto.ec2()
-            .authorize_security_group_ingress()
-            .group_id(&world.security_group_id)
-            .ip_permissions(rule("icmp", 3, 4, "0.0.0.0/0", "kubernetes.io/rule/nlb/mtu"))
-            .send()
-            .await?;
+        .filter(|r| r.description() == Some("kubernetes.io/rule/nlb/mtu"))
+        .filter_map(|r| r.cidr_ip().map(str::to_string))
+        .collect();
+    for cidr in &shape.client_cidrs {
+        if !mtu_cidrs.contains(cidr) {
+            moto.ec2()
+                .authorize_security_group_ingress()
+                .group_id(&world.security_group_id)
+                .ip_permissions(rule("icmp", 3, 4, cidr, "kubernetes.io/rule/nlb/mtu"))
+                .send()
+                .await?;
+        }
     }
     Ok((
         lb_arn,
@@ -430,17 +505,33 @@ async fn node_rules(moto: &Moto, world: &World) -> Result<Vec<String>> {
     Ok(rules)
 }
 
-/// The ARNs of every target group.
-async fn target_group_arns(moto: &Moto) -> Result<Vec<String>> {
-    Ok(moto
+/// Every target group: ARN, name, port and health check (protocol, port, path, interval,
+/// thresholds), sorted.
+async fn target_groups(moto: &Moto) -> Result<Vec<String>> {
+    let mut groups: Vec<String> = moto
         .elbv2()
         .describe_target_groups()
         .send()
         .await?
         .target_groups()
         .iter()
-        .filter_map(|t| t.target_group_arn().map(str::to_string))
-        .collect())
+        .map(|t| {
+            format!(
+                "{} {} {:?} {:?} {:?} {:?} {:?} {:?}/{:?}",
+                t.target_group_arn().unwrap_or_default(),
+                t.target_group_name().unwrap_or_default(),
+                t.port(),
+                t.health_check_protocol(),
+                t.health_check_port(),
+                t.health_check_path(),
+                t.health_check_interval_seconds(),
+                t.healthy_threshold_count(),
+                t.unhealthy_threshold_count()
+            )
+        })
+        .collect();
+    groups.sort();
+    Ok(groups)
 }
 
 /// The `EnsuredLoadBalancer` events about `default/<name>`, counting repeats.
@@ -665,42 +756,111 @@ async fn load_balancers_made_by_the_go_provider_are_adopted_without_one_mutating
 /// again).
 #[tokio::test]
 async fn nlbs_made_by_go_1_18_1_19_and_1_20_are_adopted_without_one_mutating_call() -> Result<()> {
+    let services = [
+        ("nlb-go118", GoRelease::V1_18),
+        ("nlb-go119", GoRelease::V1_19),
+        ("nlb-go120", GoRelease::V1_20),
+    ]
+    .map(|(name, release)| {
+        (
+            load_balancer_service(name, &[("type", "nlb")], &[(80, "http")]),
+            release,
+        )
+    });
+    adopted_without_one_mutating_call(&services).await
+}
+
+/// The Services whose NLB needs more than the client rule, made by Go 1.18–1.20:
+/// `externalTrafficPolicy: Local` (a target group checking `/healthz` on the health-check
+/// NodePort every 30 s with thresholds 3/3, where the newest release would make 10 s and 2/2;
+/// health rules on that port), `loadBalancerSourceRanges` (client rules from those ranges only,
+/// health rules from the subnets, a path-MTU rule per range) and UDP (a UDP target group and
+/// client rule, TCP health rules). Adopted as they are: the target group is kept (AWS cannot
+/// change an interval in place, and a new group would take every target out until its first
+/// health checks pass), its thresholds are not touched, no rule is revoked or granted — not
+/// one mutating call over two syncs.
+#[tokio::test]
+async fn nlbs_of_local_udp_and_source_range_services_made_by_go_1_18_to_1_20_are_adopted_without_one_mutating_call()
+-> Result<()> {
+    let local = |name: &str| {
+        let mut svc = load_balancer_service(name, &[("type", "nlb")], &[(80, "http")]);
+        if let Some(spec) = svc.spec.as_mut() {
+            spec.external_traffic_policy = Some("Local".into());
+        }
+        svc
+    };
+    let ranges = |name: &str| {
+        let mut svc = load_balancer_service(name, &[("type", "nlb")], &[(443, "https")]);
+        if let Some(spec) = svc.spec.as_mut() {
+            spec.load_balancer_source_ranges = Some(vec!["203.0.113.0/24".into(), "198.51.100.0/26".into()]);
+        }
+        svc
+    };
+    let udp = |name: &str| {
+        let mut svc = load_balancer_service(name, &[("type", "nlb")], &[(53, "dns")]);
+        if let Some(port) = svc
+            .spec
+            .as_mut()
+            .and_then(|s| s.ports.as_mut())
+            .and_then(|p| p.first_mut())
+        {
+            port.protocol = Some("UDP".into());
+        }
+        svc
+    };
+    let services = [
+        (local("local-go118"), GoRelease::V1_18),
+        (local("local-go119"), GoRelease::V1_19),
+        (local("local-go120"), GoRelease::V1_20),
+        (ranges("ranges-go118"), GoRelease::V1_18),
+        (ranges("ranges-go120"), GoRelease::V1_20),
+        (udp("udp-go120"), GoRelease::V1_20),
+    ];
+    adopted_without_one_mutating_call(&services).await
+}
+
+/// Creates `services`, makes each one's NLB as its Go release made it, starts the CCM and
+/// checks that two syncs of each adopt them with no mutating call: the same ingress, rules and
+/// target groups.
+async fn adopted_without_one_mutating_call(services: &[(Service, GoRelease)]) -> Result<()> {
     let cluster = TestCluster::start().await?;
     let moto = Moto::start().await?;
     let world = moto.build_world(CLUSTER, 2).await?;
     let client = cluster.client().await?;
-    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let api: Api<Service> = Api::namespaced(client.clone(), "default");
     ready_nodes(&Api::all(client.clone()), &world).await?;
-    let releases = [
-        ("nlb-go118", GoRelease::V1_18),
-        ("nlb-go119", GoRelease::V1_19),
-        ("nlb-go120", GoRelease::V1_20),
-    ];
     let mut made = Vec::new();
-    for (name, release) in releases {
-        let svc = services
-            .create(
-                &PostParams::default(),
-                &load_balancer_service(name, &[("type", "nlb")], &[(80, "http")]),
-            )
-            .await?;
-        made.push((name, go_nlb_of(&moto, &world, &svc, release).await?));
+    for (svc, release) in services {
+        let svc = api.create(&PostParams::default(), svc).await?;
+        let name = svc.metadata.name.clone().unwrap_or_default();
+        if svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.external_traffic_policy.as_deref())
+            == Some("Local")
+        {
+            assert!(
+                GoNlbShape::of(&svc).health_check_node_port.is_some(),
+                "the API server allocates a health-check NodePort to {name}"
+            );
+        }
+        made.push((name, go_nlb_of(&moto, &world, &svc, *release).await?));
     }
     let rules_before = node_rules(&moto, &world).await?;
-    assert_eq!(
+    assert!(
         rules_before
             .iter()
             .filter(|r| r.contains("kubernetes.io/rule/nlb/health="))
-            .count(),
-        3 * world.subnets.len(),
+            .count()
+            >= services.len() * world.subnets.len(),
         "{rules_before:#?}"
     );
-    let tgs_before = target_group_arns(&moto).await?;
+    let tgs_before = target_groups(&moto).await?;
 
     let before = moto.actions().len();
     let ccm = start_ccm(&cluster, &moto, &world, "")?;
     for (name, (_, _, _, dns)) in &made {
-        let svc = wait_for_ingress(&services, name, T).await?;
+        let svc = wait_for_ingress(&api, name, T).await?;
         assert_eq!(ingress_hostname(&svc).as_deref(), Some(dns.as_str()));
     }
     // A second sync of each: the annotation change is a reason to sync (upstream's
@@ -710,13 +870,12 @@ async fn nlbs_made_by_go_1_18_1_19_and_1_20_are_adopted_without_one_mutating_cal
             (ensured_count(&client, name).await.ok()? >= 1).then_some(())
         })
         .await?;
-        services
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(&serde_json::json!({"metadata": {"annotations": {"e2e/second-sync": "1"}}})),
-            )
-            .await?;
+        api.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"metadata": {"annotations": {"e2e/second-sync": "1"}}})),
+        )
+        .await?;
     }
     for (name, _) in &made {
         rcp_e2e::k8s::wait_for(&format!("the second sync of {name}"), T, || async {
@@ -732,7 +891,6 @@ async fn nlbs_made_by_go_1_18_1_19_and_1_20_are_adopted_without_one_mutating_cal
         ccm.log()
     );
     assert_eq!(node_rules(&moto, &world).await?, rules_before);
-    let tgs_after = target_group_arns(&moto).await?;
-    assert_eq!(tgs_after, tgs_before);
+    assert_eq!(target_groups(&moto).await?, tgs_before);
     Ok(())
 }

@@ -36,8 +36,8 @@ mod rules;
 mod target_groups;
 
 use listeners::WantedListener;
-pub use target_groups::{TgHealth, health, target_group_name};
-use target_groups::{target_group_fits, tg_protocol};
+pub use target_groups::{TgHealth, health, older_release_local_health, target_group_name};
+use target_groups::{target_group_fits, target_group_health_is, tg_protocol};
 
 /// Description prefix of the client rules on node groups.
 pub const RULE_CLIENT: &str = "kubernetes.io/rule/nlb/client=";
@@ -219,6 +219,7 @@ impl AwsCloud {
             _ => self.vpc_id().await?,
         };
         let h = health(svc, opts, self.shared_probe(svc));
+        let older_local = older_release_local_health(svc, opts, &h);
         let mut existing: BTreeMap<i32, Listener> = self
             .nlb_listeners(name, &arn)
             .await?
@@ -240,14 +241,25 @@ impl AwsCloud {
             let reusable = existing
                 .contains_key(&p.port)
                 .then(|| {
-                    attached
-                        .iter()
-                        .find(|tg| target_group_fits(tg, p.node_port, &target_proto, &h))
+                    let fits = |tg: &&TargetGroup| target_group_fits(tg, p.node_port, &target_proto, &h);
+                    // A Local Service's group as Go up to 1.20 made it, kept as it is.
+                    let older = |tg: &&TargetGroup| {
+                        older_local.as_ref().is_some_and(|old| {
+                            target_group_fits(tg, p.node_port, &target_proto, old)
+                                && target_group_health_is(tg, old)
+                        })
+                    };
+                    attached.iter().find(fits).map(|tg| (tg, &h)).or_else(|| {
+                        attached
+                            .iter()
+                            .find(older)
+                            .map(|tg| (tg, older_local.as_ref().unwrap_or(&h)))
+                    })
                 })
                 .flatten();
             let (tg_arn, created) = match reusable {
-                Some(tg) => {
-                    self.sync_tg_health_check(tg, &h).await?;
+                Some((tg, h)) => {
+                    self.sync_tg_health_check(tg, h).await?;
                     (tg.target_group_arn().unwrap_or_default().to_string(), false)
                 }
                 None => {
@@ -709,6 +721,51 @@ mod tests {
         let mut other_tg = want("TCP", None, None);
         other_tg.target_group = "tg-2".into();
         assert!(other_tg.differs_from(&l(ProtocolEnum::Tcp, None, None)));
+    }
+
+    #[test]
+    fn a_local_services_group_as_go_1_20_made_it_is_known_only_when_nothing_was_asked_for() {
+        let mut s = svc();
+        let none = LbOptions::default();
+        assert_eq!(
+            older_release_local_health(&s, &none, &health(&s, &none, None)),
+            None,
+            "Cluster policy: the defaults did not change"
+        );
+        let spec = s.spec.as_mut().unwrap();
+        spec.external_traffic_policy = Some("Local".into());
+        spec.health_check_node_port = Some(31000);
+        assert_eq!(
+            older_release_local_health(&s, &none, &health(&s, &none, None)),
+            Some(TgHealth {
+                protocol: "HTTP".into(),
+                port: "31000".into(),
+                path: Some("/healthz".into()),
+                interval: 30,
+                healthy: 3,
+                unhealthy: 3
+            })
+        );
+        for asked in [
+            LbOptions {
+                hc_interval: Some(10),
+                ..Default::default()
+            },
+            LbOptions {
+                hc_healthy: Some(2),
+                ..Default::default()
+            },
+            LbOptions {
+                hc_path: Some("/healthz".into()),
+                ..Default::default()
+            },
+        ] {
+            assert_eq!(
+                older_release_local_health(&s, &asked, &health(&s, &asked, None)),
+                None,
+                "{asked:?}"
+            );
+        }
     }
 
     #[test]

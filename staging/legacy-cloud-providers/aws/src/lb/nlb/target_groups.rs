@@ -76,6 +76,39 @@ pub fn health(svc: &Service, opts: &LbOptions, shared_probe: Option<(i32, String
     h
 }
 
+/// The health check Go releases up to 1.20 gave an `externalTrafficPolicy: Local` Service's
+/// target group (HTTP on the health-check NodePort, every 30 s, thresholds 3/3), where
+/// upstream's newest makes 10 s and 2/2 — when `h` is that newer default, no annotation asked
+/// for the interval or a threshold, and the Shared health-probe mode is off.
+///
+/// A target group made that way is adopted as it is (a deliberate difference: upstream
+/// recreates it, because AWS cannot change an interval in place, and a new group serves no
+/// traffic until its targets pass their first health checks). Its thresholds are not changed
+/// either: the Service asked for neither.
+pub fn older_release_local_health(svc: &Service, opts: &LbOptions, h: &TgHealth) -> Option<TgHealth> {
+    let (path, port) = service_health_check_path_port(svc)?;
+    let asked = opts.hc_interval.is_some()
+        || opts.hc_healthy.is_some()
+        || opts.hc_unhealthy.is_some()
+        || opts.hc_protocol.is_some()
+        || opts.hc_path.is_some()
+        || opts.hc_port.is_some();
+    let newest = TgHealth {
+        protocol: "HTTP".into(),
+        port: port.to_string(),
+        path: Some(path.into()),
+        interval: 10,
+        healthy: 2,
+        unhealthy: 2,
+    };
+    (!asked && *h == newest).then(|| TgHealth {
+        interval: 30,
+        healthy: 3,
+        unhealthy: 3,
+        ..newest
+    })
+}
+
 /// AWS-43, byte for byte upstream's `buildTargetGroupName`: `k8s-<ns ≤8>-<name ≤8>-<first 10
 /// hex of SHA-1(cluster ID ‖ namespace ‖ name ‖ port ‖ NodePort ‖ target protocol ‖ "instance" ‖
 /// health-check protocol ‖ health-check interval)>` (non-alphanumerics dropped first).
@@ -138,6 +171,17 @@ pub(crate) fn target_group_fits(
             .health_check_protocol()
             .is_some_and(|p| p.as_str().eq_ignore_ascii_case(&h.protocol))
         && tg.health_check_interval_seconds() == Some(h.interval)
+}
+
+/// Whether `tg` has exactly the health check `h` (protocol, port, path, interval, thresholds).
+pub(crate) fn target_group_health_is(tg: &TargetGroup, h: &TgHealth) -> bool {
+    tg.health_check_protocol()
+        .is_some_and(|p| p.as_str().eq_ignore_ascii_case(&h.protocol))
+        && tg.health_check_port() == Some(h.port.as_str())
+        && (h.path.is_none() || tg.health_check_path() == h.path.as_deref())
+        && tg.health_check_interval_seconds() == Some(h.interval)
+        && tg.healthy_threshold_count() == Some(h.healthy)
+        && tg.unhealthy_threshold_count() == Some(h.unhealthy)
 }
 
 impl AwsCloud {
