@@ -21,10 +21,22 @@
 //! and outside a cluster the part is switched off with a warning. Each of the two clients sends
 //! at most [`REVIEW_QPS`] reviews a second in bursts of [`REVIEW_BURST`], each within
 //! [`REVIEW_TIMEOUT`], as upstream's delegating clients: a flood of made-up tokens costs the API
-//! server no more than that. Deliberate difference: a review that would wait for the rate limit
-//! longer than [`REVIEW_MAX_QUEUE_WAIT`] is not sent (upstream waits up to the timeout), and the
-//! request answers 401 (500 for authorization). Answers are kept in LRU caches of
-//! [`CACHE_CAPACITY`] entries each.
+//! server no more than that. Answers are kept in LRU caches of [`CACHE_CAPACITY`] entries each.
+//!
+//! Deliberate differences, so that nobody who can reach the port can lock out the clients that
+//! are meant to use it (a flood of made-up tokens, or of anonymous requests, each costing a
+//! review):
+//! - **a budget per client**: one client (an IPv4 address, or an IPv6 /64) causes at most
+//!   [`CLIENT_REVIEW_BURST`] reviews at once and [`CLIENT_REVIEW_QPS`] a second
+//!   ([`Delegation::check_from`]); past it its requests answer 401 (500 for authorization)
+//!   without a review;
+//! - **a reserve for recently authenticated clients**: the last [`REVIEW_RESERVE`] of each
+//!   budget is kept for a token that authenticated within [`RECENTLY_AUTHENTICATED`] and for
+//!   the users such tokens (or client certificates) named: their reviews are sent when the
+//!   cache entry expires however many reviews strangers ask for, and they are exempt from the
+//!   per-client budget (a Prometheus on the same node as a flooding Pod keeps scraping);
+//! - a stranger's review never waits for the rate limit (upstream waits up to the timeout); a
+//!   recently authenticated client's waits at most [`REVIEW_MAX_QUEUE_WAIT`].
 //!
 //! Differences from upstream: the `--requestheader-*` front-proxy authentication is not
 //! implemented (requests carrying `X-Remote-User` are treated like any other); the client CA
@@ -32,6 +44,7 @@
 
 use std::{
     collections::BTreeMap,
+    net::IpAddr,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -120,6 +133,10 @@ pub struct DelegationOptions {
     pub review_burst: u32,
     /// Time for one review ([`REVIEW_TIMEOUT`]).
     pub review_timeout: Duration,
+    /// Reviews a second one client address causes at most ([`CLIENT_REVIEW_QPS`]).
+    pub client_review_qps: f64,
+    /// Reviews one client address may cause at once ([`CLIENT_REVIEW_BURST`]).
+    pub client_review_burst: u32,
 }
 
 impl std::fmt::Debug for DelegationOptions {
@@ -135,6 +152,8 @@ impl std::fmt::Debug for DelegationOptions {
             .field("review_qps", &self.review_qps)
             .field("review_burst", &self.review_burst)
             .field("review_timeout", &self.review_timeout)
+            .field("client_review_qps", &self.client_review_qps)
+            .field("client_review_burst", &self.client_review_burst)
             .finish()
     }
 }
@@ -153,6 +172,8 @@ impl DelegationOptions {
             review_qps: REVIEW_QPS,
             review_burst: REVIEW_BURST,
             review_timeout: REVIEW_TIMEOUT,
+            client_review_qps: CLIENT_REVIEW_QPS,
+            client_review_burst: CLIENT_REVIEW_BURST,
         }
     }
 }
@@ -275,6 +296,34 @@ pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 /// connections open while their reviews wait).
 pub const REVIEW_MAX_QUEUE_WAIT: Duration = Duration::from_secs(1);
 
+/// Reviews one client (an IPv4 address or an IPv6 /64) may cause at once, unless recently
+/// authenticated (see the module docs).
+pub const CLIENT_REVIEW_BURST: u32 = 20;
+/// Reviews a second one client may cause after its burst.
+pub const CLIENT_REVIEW_QPS: f64 = 5.0;
+/// The share of each shared review budget ([`REVIEW_BURST`]) kept for recently authenticated
+/// clients.
+pub const REVIEW_RESERVE: f64 = 0.25;
+/// How long a token that authenticated (and the user it named) counts as recently
+/// authenticated.
+pub const RECENTLY_AUTHENTICATED: Duration = Duration::from_secs(15 * 60);
+
+/// The client a request counts for: an IPv4 address, or the /64 of an IPv6 address.
+pub fn client_of(peer: IpAddr) -> IpAddr {
+    match peer {
+        IpAddr::V4(_) => peer,
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(std::net::Ipv6Addr::from(bits))
+        }
+    }
+}
+
+/// The key of a user (name, UID and groups) in the recently-authenticated set.
+fn user_key(user: &UserInfo) -> CacheKey {
+    key_of(format!("user {:?}", (&user.name, &user.uid, &user.groups)).as_bytes())
+}
+
 /// A token bucket (as client-go's rate limiter): `burst` reviews at once, refilled at `qps`.
 struct RateLimiter {
     qps: f64,
@@ -294,18 +343,19 @@ impl RateLimiter {
     }
 
     /// Reserves one review: how long to wait before sending it, or `None` (nothing reserved)
-    /// when that would be longer than `max_wait`.
-    fn reserve(&self, max_wait: Duration) -> Option<Duration> {
+    /// when that would be longer than `max_wait`. The last `floor` tokens are not taken (a
+    /// reserve for other callers).
+    fn reserve(&self, max_wait: Duration, floor: f64) -> Option<Duration> {
         let mut state = self.state.lock();
         let now = Instant::now();
         let refill = now.duration_since(state.1).as_secs_f64() * self.qps;
         state.0 = (state.0 + refill).min(self.burst);
         state.1 = now;
         state.0 -= 1.0;
-        if state.0 >= 0.0 {
+        if state.0 >= floor {
             return Some(Duration::ZERO);
         }
-        let wait = Duration::from_secs_f64(-state.0 / self.qps);
+        let wait = Duration::from_secs_f64((floor - state.0) / self.qps);
         if wait > max_wait {
             state.0 += 1.0;
             return None;
@@ -319,28 +369,12 @@ impl RateLimiter {
 enum ReviewError {
     #[error("more reviews than the client's {0} a second allow")]
     RateLimited(f64),
+    #[error("more reviews from client {0} than its budget allows")]
+    ClientBudget(IpAddr),
     #[error("no answer within {0:?}")]
     Timeout(Duration),
     #[error(transparent)]
     Api(#[from] kube::Error),
-}
-
-/// Sends one review through `limiter` within `timeout`.
-async fn limited<T>(
-    limiter: &RateLimiter,
-    timeout: Duration,
-    review: impl std::future::Future<Output = Result<T, kube::Error>>,
-) -> Result<T, ReviewError> {
-    let start = tokio::time::Instant::now();
-    let wait = limiter
-        .reserve(timeout.min(REVIEW_MAX_QUEUE_WAIT))
-        .ok_or(ReviewError::RateLimited(limiter.qps))?;
-    tokio::time::sleep(wait).await;
-    let left = timeout.saturating_sub(start.elapsed());
-    tokio::time::timeout(left, review)
-        .await
-        .map_err(|_| ReviewError::Timeout(timeout))?
-        .map_err(ReviewError::from)
 }
 
 /// A cache key: SHA-256 over a per-process random salt and `material`, so that a key neither
@@ -366,6 +400,21 @@ struct Inner {
     decisions: TtlCache<(bool, String)>,
     token_reviews: RateLimiter,
     access_reviews: RateLimiter,
+    /// Tokens that authenticated, and users they (or client certificates) named, within
+    /// [`RECENTLY_AUTHENTICATED`].
+    recent: TtlCache<()>,
+    /// The review budget of each client ([`client_of`]), least recently used dropped first.
+    clients: Mutex<lru::LruCache<IpAddr, Arc<RateLimiter>>>,
+}
+
+/// Who a review is for, for the budgets.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    /// The client's address, when known.
+    client: Option<IpAddr>,
+    /// A recently authenticated token or user: may use the reserve, and is exempt from the
+    /// per-client budget.
+    recent: bool,
 }
 
 impl std::fmt::Debug for Delegation {
@@ -383,6 +432,10 @@ impl Delegation {
                 decisions: TtlCache::new(),
                 token_reviews: RateLimiter::new(options.review_qps, options.review_burst),
                 access_reviews: RateLimiter::new(options.review_qps, options.review_burst),
+                recent: TtlCache::new(),
+                clients: Mutex::new(lru::LruCache::new(
+                    std::num::NonZeroUsize::new(CACHE_CAPACITY).unwrap_or(std::num::NonZeroUsize::MIN),
+                )),
                 options,
             }),
         }
@@ -394,7 +447,8 @@ impl Delegation {
     }
 
     /// Authenticates then authorizes a request: `certificate_user` is the user of a client
-    /// certificate the TLS layer verified, `authorization` the `Authorization` header.
+    /// certificate the TLS layer verified, `authorization` the `Authorization` header. No
+    /// per-client budget applies ([`Delegation::check_from`] has one).
     pub async fn check(
         &self,
         method: &http::Method,
@@ -402,8 +456,24 @@ impl Delegation {
         authorization: Option<&str>,
         certificate_user: Option<&UserInfo>,
     ) -> Result<UserInfo, Refusal> {
-        let user = self.authenticate(authorization, certificate_user).await?;
-        self.authorize(&user, method, path).await?;
+        self.check_from(None, method, path, authorization, certificate_user)
+            .await
+    }
+
+    /// [`Delegation::check`] for a request from `client` (the peer's address): the reviews it
+    /// causes count against that client's budget (see the module docs).
+    pub async fn check_from(
+        &self,
+        client: Option<IpAddr>,
+        method: &http::Method,
+        path: &str,
+        authorization: Option<&str>,
+        certificate_user: Option<&UserInfo>,
+    ) -> Result<UserInfo, Refusal> {
+        let user = self
+            .authenticate_from(client, authorization, certificate_user)
+            .await?;
+        self.authorize_from(client, &user, method, path).await?;
         Ok(user)
     }
 
@@ -413,7 +483,18 @@ impl Delegation {
         authorization: Option<&str>,
         certificate_user: Option<&UserInfo>,
     ) -> Result<UserInfo, Refusal> {
+        self.authenticate_from(None, authorization, certificate_user)
+            .await
+    }
+
+    async fn authenticate_from(
+        &self,
+        client_addr: Option<IpAddr>,
+        authorization: Option<&str>,
+        certificate_user: Option<&UserInfo>,
+    ) -> Result<UserInfo, Refusal> {
         if let Some(user) = certificate_user {
+            self.remember(None, user);
             return Ok(user.clone());
         }
         let (Some(client), Some(token)) = (
@@ -427,32 +508,102 @@ impl Delegation {
             Some(answer) => answer,
             None => {
                 let o = &self.inner.options;
-                let answer = limited(
-                    &self.inner.token_reviews,
-                    o.review_timeout,
-                    review_token(client, token),
-                )
-                .await
-                .map_err(|e| {
-                    match e {
-                        ReviewError::RateLimited(_) => {
-                            debug!(error = %e, "TokenReview not sent; answering 401")
+                let budget = Budget {
+                    client: client_addr,
+                    recent: self.inner.recent.get(key).is_some(),
+                };
+                let answer = self
+                    .limited(
+                        &self.inner.token_reviews,
+                        budget,
+                        o.review_timeout,
+                        review_token(client, token),
+                    )
+                    .await
+                    .map_err(|e| {
+                        match e {
+                            ReviewError::RateLimited(_) | ReviewError::ClientBudget(_) => {
+                                debug!(error = %e, "TokenReview not sent; answering 401")
+                            }
+                            _ => warn!(error = %e, "TokenReview failed; answering 401"),
                         }
-                        _ => warn!(error = %e, "TokenReview failed; answering 401"),
-                    }
-                    Refusal::Unauthorized
-                })?;
+                        Refusal::Unauthorized
+                    })?;
                 self.inner
                     .tokens
                     .put(key, answer.clone(), self.inner.options.token_cache_ttl);
                 answer
             }
         };
-        answer.ok_or(Refusal::Unauthorized)
+        let user = answer.ok_or(Refusal::Unauthorized)?;
+        self.remember(Some(key), &user);
+        Ok(user)
+    }
+
+    /// Marks a token that authenticated, and the user it named, as recently authenticated.
+    fn remember(&self, token: Option<CacheKey>, user: &UserInfo) {
+        if let Some(token) = token {
+            self.inner.recent.put(token, (), RECENTLY_AUTHENTICATED);
+        }
+        self.inner
+            .recent
+            .put(user_key(user), (), RECENTLY_AUTHENTICATED);
+    }
+
+    /// Sends one review within `timeout` through the shared `limiter` and, unless `budget` is
+    /// a recently authenticated client's, the client's own budget (see the module docs).
+    async fn limited<T>(
+        &self,
+        limiter: &RateLimiter,
+        budget: Budget,
+        timeout: Duration,
+        review: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, ReviewError> {
+        let o = &self.inner.options;
+        if !budget.recent
+            && let Some(addr) = budget.client
+        {
+            let own = self
+                .inner
+                .clients
+                .lock()
+                .get_or_insert(client_of(addr), || {
+                    Arc::new(RateLimiter::new(o.client_review_qps, o.client_review_burst))
+                })
+                .clone();
+            if own.reserve(Duration::ZERO, 0.0).is_none() {
+                return Err(ReviewError::ClientBudget(client_of(addr)));
+            }
+        }
+        let (max_wait, floor) = if budget.recent {
+            (timeout.min(REVIEW_MAX_QUEUE_WAIT), 0.0)
+        } else {
+            (Duration::ZERO, limiter.burst * REVIEW_RESERVE)
+        };
+        let start = tokio::time::Instant::now();
+        let wait = limiter
+            .reserve(max_wait, floor)
+            .ok_or(ReviewError::RateLimited(limiter.qps))?;
+        tokio::time::sleep(wait).await;
+        let left = timeout.saturating_sub(start.elapsed());
+        tokio::time::timeout(left, review)
+            .await
+            .map_err(|_| ReviewError::Timeout(timeout))?
+            .map_err(ReviewError::from)
     }
 
     /// Whether `user` may `method` `path`.
     pub async fn authorize(&self, user: &UserInfo, method: &http::Method, path: &str) -> Result<(), Refusal> {
+        self.authorize_from(None, user, method, path).await
+    }
+
+    async fn authorize_from(
+        &self,
+        client_addr: Option<IpAddr>,
+        user: &UserInfo,
+        method: &http::Method,
+        path: &str,
+    ) -> Result<(), Refusal> {
         let o = &self.inner.options;
         if o.always_allow_paths.iter().any(|p| path_matches(p, path)) {
             return Ok(());
@@ -474,16 +625,27 @@ impl Delegation {
         let (allowed, reason) = match self.inner.decisions.get(key) {
             Some(d) => d,
             None => {
-                let d = limited(
-                    &self.inner.access_reviews,
-                    o.review_timeout,
-                    review_access(client, user, verb, path),
-                )
-                .await
-                .map_err(|e| {
-                    warn!(error = %e, path, "SubjectAccessReview failed");
-                    Refusal::AuthorizationError(e.to_string())
-                })?;
+                let budget = Budget {
+                    client: client_addr,
+                    recent: self.inner.recent.get(user_key(user)).is_some(),
+                };
+                let d = self
+                    .limited(
+                        &self.inner.access_reviews,
+                        budget,
+                        o.review_timeout,
+                        review_access(client, user, verb, path),
+                    )
+                    .await
+                    .map_err(|e| {
+                        match e {
+                            ReviewError::RateLimited(_) | ReviewError::ClientBudget(_) => {
+                                debug!(error = %e, path, "SubjectAccessReview not sent; answering 500")
+                            }
+                            _ => warn!(error = %e, path, "SubjectAccessReview failed"),
+                        }
+                        Refusal::AuthorizationError(e.to_string())
+                    })?;
                 let ttl = if d.0 { o.authorized_ttl } else { o.unauthorized_ttl };
                 self.inner.decisions.put(key, d.clone(), ttl);
                 d
@@ -756,6 +918,85 @@ mod tests {
         );
     }
 
+    /// A flood from one client stops at its own budget; a flood from many uses the shared
+    /// budget down to the reserve, which a recently authenticated client still gets.
+    #[tokio::test]
+    async fn per_client_budgets_and_a_reserve_for_recently_authenticated_clients() {
+        let gate = Delegation::new(DelegationOptions::new(None, None));
+        let limiter = RateLimiter::new(0.001, 400);
+        let t = Duration::from_secs(10);
+        let ok = || async { Ok::<_, kube::Error>(()) };
+        let stranger = |addr: &str| Budget {
+            client: Some(addr.parse().unwrap()),
+            recent: false,
+        };
+        let mut from_one = 0;
+        for _ in 0..100 {
+            if gate.limited(&limiter, stranger("127.0.0.2"), t, ok()).await.is_ok() {
+                from_one += 1;
+            }
+        }
+        assert_eq!(from_one, CLIENT_REVIEW_BURST, "one client: its own burst");
+        // An IPv6 /64 is one client.
+        let mut from_v6 = 0;
+        for i in 0..100 {
+            let b = stranger(&format!("2001:db8::{i:x}"));
+            if gate.limited(&limiter, b, t, ok()).await.is_ok() {
+                from_v6 += 1;
+            }
+        }
+        assert_eq!(from_v6, CLIENT_REVIEW_BURST);
+        // Many clients: the shared budget down to the reserve.
+        let mut from_many = from_one + from_v6;
+        for i in 0..1000 {
+            let b = stranger(&format!("127.1.{}.{}", i / 200, i % 200));
+            if gate.limited(&limiter, b, t, ok()).await.is_ok() {
+                from_many += 1;
+            }
+        }
+        let reserve = (400.0 * REVIEW_RESERVE) as u32;
+        assert_eq!(from_many, 400 - reserve, "strangers stop at the reserve");
+        // A recently authenticated client (from a flooding address, too) gets the reserve.
+        let recent = Budget {
+            client: Some("127.0.0.2".parse().unwrap()),
+            recent: true,
+        };
+        for n in 0..reserve {
+            assert!(
+                gate.limited(&limiter, recent, t, ok()).await.is_ok(),
+                "reserved review {n}"
+            );
+        }
+        assert!(
+            gate.limited(&limiter, recent, t, ok()).await.is_err(),
+            "the reserve is finite too"
+        );
+    }
+
+    #[test]
+    fn a_user_is_recent_once_authenticated() {
+        let gate = Delegation::new(DelegationOptions::new(None, None));
+        let user = UserInfo {
+            name: "system:serviceaccount:monitoring:prometheus".into(),
+            uid: "u1".into(),
+            groups: vec!["system:serviceaccounts".into()],
+            extra: Default::default(),
+        };
+        assert!(gate.inner.recent.get(user_key(&user)).is_none());
+        let token = key_of(b"a token");
+        gate.remember(Some(token), &user);
+        assert!(gate.inner.recent.get(user_key(&user)).is_some());
+        assert!(gate.inner.recent.get(token).is_some());
+        let other = UserInfo {
+            groups: vec!["system:masters".into()],
+            ..user
+        };
+        assert!(
+            gate.inner.recent.get(user_key(&other)).is_none(),
+            "another group set is another user"
+        );
+    }
+
     #[test]
     fn reviews_are_limited_to_the_burst_then_the_rate() {
         let limiter = RateLimiter::new(200.0, 400);
@@ -763,7 +1004,7 @@ mod tests {
         let mut immediate = 0;
         let mut sent = 0;
         for _ in 0..5000 {
-            match limiter.reserve(timeout) {
+            match limiter.reserve(timeout, 0.0) {
                 Some(w) if w.is_zero() => {
                     immediate += 1;
                     sent += 1;

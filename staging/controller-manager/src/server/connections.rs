@@ -10,7 +10,12 @@
 //!   client that opens hundreds of connections, or hundreds of clients with one each, lose
 //!   their own, never the kubelet's probe, which is younger than the flood and busy with its
 //!   request;
-//! - the TLS handshake within [`ConnectionLimits::handshake_timeout`];
+//! - the TLS handshake within [`ConnectionLimits::handshake_timeout`]; once a client's hello
+//!   has arrived, the costly rest of the handshake (the server's signature: 1–2 ms of CPU with
+//!   an RSA-2048 key) runs for at most [`ConnectionLimits::max_handshakes_per_client`]
+//!   connections of one client and [`ConnectionLimits::max_handshakes`] in all; a connection
+//!   past either is closed at once ([`HandshakeGate`]). A flood of handshakes then costs the
+//!   flooding client its connections, never the probe its turn;
 //! - an **idle timeout** ([`ConnectionLimits::idle_timeout`]) on every connection whenever no
 //!   request is being answered: before the first request (hyper's protocol detection has no
 //!   timer of its own), between HTTP/1 keep-alive requests, and on an HTTP/2 connection without
@@ -39,6 +44,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Limits that keep slow or idle clients from starving the process.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct ConnectionLimits {
     /// Connections open at once; past it the oldest idle connection of the busiest client
     /// address is closed to make room.
@@ -59,6 +65,10 @@ pub struct ConnectionLimits {
     pub max_connection_age: Duration,
     /// Serve HTTP/1.1 only (`--disable-http2-serving`).
     pub http1_only: bool,
+    /// TLS handshakes past the client's hello in progress at once.
+    pub max_handshakes: usize,
+    /// TLS handshakes past the client's hello in progress at once for one client.
+    pub max_handshakes_per_client: usize,
 }
 
 impl Default for ConnectionLimits {
@@ -72,6 +82,8 @@ impl Default for ConnectionLimits {
             http2_max_concurrent_streams: 16,
             max_connection_age: Duration::from_secs(300),
             http1_only: false,
+            max_handshakes: 64,
+            max_handshakes_per_client: 4,
         }
     }
 }
@@ -82,14 +94,47 @@ impl Default for ConnectionLimits {
 /// no connection can be closed, the newcomer is.
 pub const MIN_AGE_TO_CLOSE: Duration = Duration::from_secs(2);
 
-/// The client a connection counts for: an IPv4 address, or the /64 of an IPv6 address (a host
-/// or a Pod network hands one client a whole /64 of addresses).
-fn client_of(peer: IpAddr) -> IpAddr {
-    match peer {
-        IpAddr::V4(_) => peer,
-        IpAddr::V6(v6) => {
-            let bits = u128::from(v6) & !((1u128 << 64) - 1);
-            IpAddr::V6(std::net::Ipv6Addr::from(bits))
+use crate::auth::client_of;
+
+/// Bounds the TLS handshakes in progress past the client's hello, in all and per client.
+#[derive(Clone, Default)]
+pub(crate) struct HandshakeGate {
+    in_progress: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+/// A handshake's place in the [`HandshakeGate`]; released when dropped.
+pub(crate) struct HandshakePlace {
+    gate: HandshakeGate,
+    client: IpAddr,
+}
+
+impl HandshakeGate {
+    /// A place for a handshake of `peer`, or `None` when its client has `per_client` in
+    /// progress or `max` are in progress in all.
+    pub(crate) fn enter(&self, peer: IpAddr, max: usize, per_client: usize) -> Option<HandshakePlace> {
+        let client = client_of(peer);
+        let mut in_progress = self.in_progress.lock();
+        let total: usize = in_progress.values().sum();
+        let own = in_progress.get(&client).copied().unwrap_or(0);
+        if total >= max.max(1) || own >= per_client.max(1) {
+            return None;
+        }
+        *in_progress.entry(client).or_default() += 1;
+        Some(HandshakePlace {
+            gate: self.clone(),
+            client,
+        })
+    }
+}
+
+impl Drop for HandshakePlace {
+    fn drop(&mut self) {
+        let mut in_progress = self.gate.in_progress.lock();
+        if let Some(n) = in_progress.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                in_progress.remove(&self.client);
+            }
         }
     }
 }
@@ -363,6 +408,21 @@ mod tests {
         drop(_request);
         assert!(table.admit("127.2.0.1".parse().unwrap(), max).is_none());
         assert!(!probe.close.is_cancelled() && newcomers.iter().all(|s| !s.close.is_cancelled()));
+    }
+
+    #[test]
+    fn handshakes_are_bounded_per_client_and_in_all() {
+        let gate = HandshakeGate::default();
+        let flood: IpAddr = "127.0.0.2".parse().unwrap();
+        let places: Vec<HandshakePlace> = (0..4).filter_map(|_| gate.enter(flood, 6, 4)).collect();
+        assert_eq!(places.len(), 4);
+        assert!(gate.enter(flood, 6, 4).is_none(), "the client's fifth waits for nothing");
+        let probe = gate.enter("127.0.0.1".parse().unwrap(), 6, 4);
+        assert!(probe.is_some(), "another client gets in");
+        let _sixth = gate.enter("127.0.0.3".parse().unwrap(), 6, 4).unwrap();
+        assert!(gate.enter("127.0.0.4".parse().unwrap(), 6, 4).is_none(), "six in all");
+        drop(places);
+        assert!(gate.enter(flood, 6, 4).is_some(), "released when done");
     }
 
     #[test]

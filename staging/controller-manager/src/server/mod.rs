@@ -174,6 +174,7 @@ pub struct ClientCa {
 
 /// Serving errors.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ServerError {
     /// Binding the port failed.
     #[error("failed to listen on {addr} (--bind-address/--secure-port): {source}")]
@@ -197,6 +198,9 @@ pub enum ServerError {
     /// Generating or using the TLS configuration failed.
     #[error("TLS configuration: {0}")]
     Tls(String),
+    /// The secure port's own thread could not be started.
+    #[error("starting the secure port's thread: {0}")]
+    Thread(#[source] std::io::Error),
 }
 
 /// The endpoints' state.
@@ -212,7 +216,7 @@ pub struct Endpoints {
     pub metrics: Arc<Metrics>,
 }
 
-/// Binds and starts serving in the background until `shutdown`, with the default
+/// Binds and starts serving on a thread of its own until `shutdown`, with the default
 /// [`ConnectionLimits`]. Returns the bound address (`None` when `--secure-port` is 0).
 ///
 /// With `delegation`, every request is authenticated and authorized by it (401/403 otherwise);
@@ -229,6 +233,11 @@ pub async fn serve(
     }
     let tls = ReloadingConfig::start(opts, shutdown.clone())?;
     let addr = SocketAddr::new(opts.bind_address, opts.secure_port);
+    // The port is served on its own thread: TLS handshakes (1–2 ms of CPU each) and a flood of
+    // connections never take the workers the controllers run on, and a busy controller never
+    // delays the kubelet's probe.
+    let runtime = own_runtime(shutdown.clone())?;
+    let _on_its_thread = runtime.enter();
     let listener =
         bind(addr, opts.permit_port_sharing).map_err(|source| ServerError::Bind { addr, source })?;
     let local = listener
@@ -246,6 +255,20 @@ pub async fn serve(
     };
     serve_on(listener, tls, endpoints, delegation, limits, shutdown);
     Ok(Some(local))
+}
+
+/// A single-threaded runtime on a thread of its own (`secure-port`), running until `shutdown`.
+fn own_runtime(shutdown: CancellationToken) -> Result<tokio::runtime::Handle, ServerError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ServerError::Thread)?;
+    let handle = runtime.handle().clone();
+    std::thread::Builder::new()
+        .name("secure-port".into())
+        .spawn(move || runtime.block_on(shutdown.cancelled()))
+        .map_err(ServerError::Thread)?;
+    Ok(handle)
 }
 
 /// The listening socket: `SO_REUSEADDR` (as `TcpListener::bind` sets it), `SO_REUSEPORT` when
@@ -274,6 +297,7 @@ pub fn serve_on(
     shutdown: CancellationToken,
 ) {
     let table = connections::ConnectionTable::default();
+    let handshakes = connections::HandshakeGate::default();
     tokio::spawn(async move {
         loop {
             let (stream, peer) = tokio::select! {
@@ -288,7 +312,8 @@ pub fn serve_on(
                 drop(stream);
                 continue;
             };
-            let acceptor = tls.acceptor();
+            let config = tls.config();
+            let handshakes = handshakes.clone();
             let endpoints = endpoints.clone();
             let delegation = delegation.clone();
             let shutdown = shutdown.clone();
@@ -296,8 +321,26 @@ pub fn serve_on(
                 let close = slot.close.clone();
                 let activity = slot.activity.clone();
                 let served = async {
-                    let Ok(Ok(tls)) =
-                        tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream)).await
+                    let handshake = async {
+                        // The client's hello costs nothing to wait for; the rest (the server's
+                        // signature) needs a place in the handshake gate.
+                        let start = tokio_rustls::LazyConfigAcceptor::new(
+                            rustls::server::Acceptor::default(),
+                            stream,
+                        )
+                        .await
+                        .ok()?;
+                        let Some(_place) = handshakes.enter(
+                            peer.ip(),
+                            limits.max_handshakes,
+                            limits.max_handshakes_per_client,
+                        ) else {
+                            debug!(peer = %peer, "too many TLS handshakes in progress; closing a new one");
+                            return None;
+                        };
+                        start.into_stream(config).await.ok()
+                    };
+                    let Ok(Some(tls)) = tokio::time::timeout(limits.handshake_timeout, handshake).await
                     else {
                         return;
                     };
@@ -324,7 +367,7 @@ pub fn serve_on(
                             // being closed to make room: one still waiting for its TokenReview
                             // does not.
                             if let Some(gate) = &delegation
-                                && let Err(refusal) = check(gate, &certificate, &req).await
+                                && let Err(refusal) = check(gate, peer.ip(), &certificate, &req).await
                             {
                                 return Ok::<_, Infallible>(refused(&refusal));
                             }
@@ -366,6 +409,7 @@ pub fn serve_on(
 
 async fn check(
     gate: &Delegation,
+    peer: IpAddr,
     certificate: &Option<Option<UserInfo>>,
     req: &Request<Incoming>,
 ) -> Result<(), Refusal> {
@@ -380,7 +424,7 @@ async fn check(
         .and_then(|v| v.to_str().ok());
     let path = req.uri().path();
     match gate
-        .check(req.method(), path, authorization, certificate_user)
+        .check_from(Some(peer), req.method(), path, authorization, certificate_user)
         .await
     {
         Ok(user) => {

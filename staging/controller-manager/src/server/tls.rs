@@ -582,6 +582,11 @@ impl ReloadingConfig {
     }
 
     /// The configuration for a new connection.
+    pub fn config(&self) -> Arc<rustls::ServerConfig> {
+        self.current.read().clone()
+    }
+
+    /// An acceptor with the configuration for a new connection.
     pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
         tokio_rustls::TlsAcceptor::from(self.current.read().clone())
     }
