@@ -5,8 +5,10 @@
 //! use: `--tls-min-version`, `--tls-cipher-suites`, `--tls-sni-cert-key`, and a serving
 //! certificate and a client CA rotated on disk and used without a restart.
 //!
-//! The floods come from 127.0.0.2 (another client address), the probe from 127.0.0.1, as the
-//! kubelet probes from its own address; each test prints its figures.
+//! The floods come from many 127.x addresses other than 127.0.0.1, the probe from 127.0.0.1, as
+//! the kubelet probes from its own address. Each test checks that the abuse happened
+//! (connections opened, bytes sent, reviews caused) and prints its figures; each fails when the
+//! protection it is about is removed (noted at each test).
 
 use std::{
     sync::{
@@ -28,7 +30,14 @@ const FAKE: &str = "fake-cloud-controller-manager";
 const T: Duration = Duration::from_secs(60);
 /// How long each flood is held, and how many probes are sent meanwhile (one a second).
 const HOLD_SECONDS: u64 = 60;
-const CONNECTIONS: usize = 200;
+/// Connections a connection flood holds (the port's cap is 512) ...
+const CONNECTIONS: usize = 1200;
+/// ... from this many client addresses.
+const ADDRESSES: usize = 600;
+/// The CCM's open-file limit in the connection floods (systemd's default soft limit): without
+/// the connection cap, the flood would use up the CCM's files and the probe's connection would
+/// not be accepted.
+const CCM_FILES: u32 = 1024;
 
 /// Accepts any server certificate (the probe is about availability, not identity).
 #[derive(Debug)]
@@ -88,10 +97,15 @@ fn client_config(
     ))
 }
 
-/// A TCP connection to 127.0.0.1:`port` from 127.0.0.2.
-async fn connect_from_elsewhere(port: u16) -> std::io::Result<tokio::net::TcpStream> {
+/// The `n`th flood address: 127.0.2.1, 127.0.2.2, … (never 127.0.0.1, the probe's).
+fn flood_address(n: usize) -> std::net::IpAddr {
+    std::net::IpAddr::from([127, 0, 2 + (n / 250) as u8, 1 + (n % 250) as u8])
+}
+
+/// A TCP connection to 127.0.0.1:`port` from `from`.
+async fn connect_from(from: std::net::IpAddr, port: u16) -> std::io::Result<tokio::net::TcpStream> {
     let socket = tokio::net::TcpSocket::new_v4()?;
-    socket.bind("127.0.0.2:0".parse().expect("an address"))?;
+    socket.bind((from, 0).into())?;
     socket.connect(([127, 0, 0, 1], port).into()).await
 }
 
@@ -167,26 +181,48 @@ async fn start(cluster: &TestCluster, name: &str, extra: &[String]) -> Result<Cc
     Ok(ccm)
 }
 
-/// Holds `CONNECTIONS` connections from 127.0.0.2 made by `open` (reconnecting each when the
-/// server drops it) while the probe loop runs; prints and checks the figures.
+/// Sets the open-file limit of process `pid` (prlimit(1)).
+fn limit_files(pid: u32, files: u32) -> Result<()> {
+    let out = std::process::Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg(format!("--nofile={files}:{files}"))
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "prlimit: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// Holds `CONNECTIONS` connections from `ADDRESSES` client addresses made by `open` (each
+/// reconnecting when the server drops it) while the probe loop runs, the CCM limited to
+/// `CCM_FILES` open files; prints and checks the figures. Fails without the connection cap
+/// (the CCM's files run out and the probe is not accepted) and without the per-client fairness
+/// (at the cap the probe would be closed).
 async fn hold_while_probing<F, Fut>(ccm: &CcmProcess, what: &str, open: F) -> Result<()>
 where
-    F: Fn(u16) -> Fut + Clone + Send + 'static,
+    F: Fn(std::net::IpAddr, u16) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = Option<Held>> + Send,
 {
+    limit_files(ccm.pid(), CCM_FILES)?;
     let port = ccm.port();
     let stop = Arc::new(AtomicBool::new(false));
     let opened = Arc::new(AtomicUsize::new(0));
+    let addresses_used = Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
     let mut holders = Vec::new();
-    for _ in 0..CONNECTIONS {
+    for i in 0..CONNECTIONS {
         let (stop, opened, open) = (stop.clone(), opened.clone(), open.clone());
+        let addresses_used = addresses_used.clone();
+        let from = flood_address(i % ADDRESSES);
         holders.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                let Some(mut held) = open(port).await else {
+                let Some(mut held) = open(from, port).await else {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 };
                 opened.fetch_add(1, Ordering::Relaxed);
+                addresses_used.lock().expect("not poisoned").insert(from);
                 // Held until the server drops it or the test ends.
                 while !stop.load(Ordering::Relaxed) && !held.closed().await {
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -201,11 +237,19 @@ where
         let _ = h.await;
     }
     let rss = ccm.peak_rss_kb().unwrap_or_default();
-    println!(
-        "secure port, {CONNECTIONS} {what} held {HOLD_SECONDS} s (connections opened: {}): /healthz answered {ok} of {sent} probes, slowest {slowest:?}; CCM peak RSS {:.1} MB",
+    let (opened, addresses) = (
         opened.load(Ordering::Relaxed),
+        addresses_used.lock().expect("not poisoned").len(),
+    );
+    println!(
+        "secure port, {CONNECTIONS} {what} from {ADDRESSES} addresses held {HOLD_SECONDS} s, CCM limited to {CCM_FILES} files (connections opened: {opened}, from {addresses} addresses): /healthz answered {ok} of {sent} probes, slowest {slowest:?}; CCM peak RSS {:.1} MB",
         rss as f64 / 1024.0
     );
+    assert!(
+        opened >= CONNECTIONS,
+        "the flood opened only {opened} connections"
+    );
+    assert_eq!(addresses, ADDRESSES, "every flood address connected");
     assert!(ok + 1 >= sent, "{ok} of {sent} probes answered\n{}", ccm.log());
     Ok(())
 }
@@ -235,10 +279,10 @@ async fn idle_tls_connections_never_starve_the_health_probe() -> Result<()> {
     let cluster = TestCluster::start().await?;
     let ccm = start(&cluster, "ccm-idle-tls", &[]).await?;
     let config = client_config(rustls::DEFAULT_VERSIONS, None)?;
-    hold_while_probing(&ccm, "idle TLS connections", move |port| {
+    hold_while_probing(&ccm, "idle TLS connections", move |from, port| {
         let config = config.clone();
         async move {
-            let tcp = connect_from_elsewhere(port).await.ok()?;
+            let tcp = connect_from(from, port).await.ok()?;
             let tls = tokio_rustls::TlsConnector::from(config)
                 .connect(ServerName::try_from("localhost").ok()?, tcp)
                 .await
@@ -254,10 +298,14 @@ async fn connections_that_never_start_tls_never_starve_the_health_probe() -> Res
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let cluster = TestCluster::start().await?;
     let ccm = start(&cluster, "ccm-no-tls", &[]).await?;
-    hold_while_probing(&ccm, "connections that never start TLS", |port| async move {
-        let tcp = connect_from_elsewhere(port).await.ok()?;
-        Some(Held::Tcp(tcp))
-    })
+    hold_while_probing(
+        &ccm,
+        "connections that never start TLS",
+        |from, port| async move {
+            let tcp = connect_from(from, port).await.ok()?;
+            Some(Held::Tcp(tcp))
+        },
+    )
     .await
 }
 
@@ -266,77 +314,409 @@ async fn token_reviews(client: &kube::Client) -> Result<f64> {
     rcp_e2e::k8s::apiserver_requests(client, "tokenreviews", "POST").await
 }
 
+/// The API server's count of SubjectAccessReviews created.
+async fn access_reviews(client: &kube::Client) -> Result<f64> {
+    rcp_e2e::k8s::apiserver_requests(client, "subjectaccessreviews", "POST").await
+}
+
+/// A token of the ServiceAccount `monitoring/prometheus`, allowed to `get` `/metrics` by a
+/// ClusterRole (as a Prometheus is): neither `system:masters` nor always allowed.
+async fn prometheus_token(cluster: &TestCluster) -> Result<String> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+    let kubeconfig = cluster
+        .kubeconfig_for_service_account("monitoring", "prometheus")
+        .await?;
+    let text = std::fs::read_to_string(kubeconfig)?;
+    let token = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .context("no token in the ServiceAccount's kubeconfig")?
+        .trim_matches('"')
+        .to_string();
+    let client = cluster.client().await?;
+    let meta = |name: &str| kube::api::ObjectMeta {
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    kube::Api::<ClusterRole>::all(client.clone())
+        .create(
+            &Default::default(),
+            &ClusterRole {
+                metadata: meta("metrics-reader"),
+                rules: Some(vec![PolicyRule {
+                    non_resource_urls: Some(vec!["/metrics".into()]),
+                    verbs: vec!["get".into()],
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+        )
+        .await?;
+    kube::Api::<ClusterRoleBinding>::all(client)
+        .create(
+            &Default::default(),
+            &ClusterRoleBinding {
+                metadata: meta("prometheus-metrics-reader"),
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "ClusterRole".into(),
+                    name: "metrics-reader".into(),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "ServiceAccount".into(),
+                    name: "prometheus".into(),
+                    namespace: Some("monitoring".into()),
+                    ..Default::default()
+                }]),
+            },
+        )
+        .await?;
+    Ok(token)
+}
+
+/// 500 made-up tokens a second from 100 addresses and 500 anonymous requests a second for
+/// distinct unserved paths from 100 others, while a Prometheus's ServiceAccount token (RBAC,
+/// not `system:masters`; the review caches off, so every one of its requests needs a
+/// TokenReview and a SubjectAccessReview) scrapes `/metrics`: every scrape is answered 200,
+/// the made-up tokens 401, the unserved paths 404 without a review, and the API server gets no
+/// more TokenReviews than upstream's client limits allow. Fails without the priority of
+/// recently authenticated clients (checked: with it switched off, 11 of the 16 scrapes during
+/// the flood answered 401) and without the 404 before review (thousands of
+/// SubjectAccessReviews).
 #[tokio::test]
-async fn a_flood_of_made_up_tokens_costs_no_more_token_reviews_than_upstreams_limits() -> Result<()> {
+async fn made_up_tokens_and_unserved_paths_never_lock_out_a_scraper() -> Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let cluster = TestCluster::start().await?;
-    let ccm = start(&cluster, "ccm-token-flood", &[]).await?;
+    let ccm = start(
+        &cluster,
+        "ccm-token-flood",
+        &[
+            "--authentication-token-webhook-cache-ttl=0s".into(),
+            "--authorization-webhook-cache-authorized-ttl=0s".into(),
+            "--authorization-webhook-cache-unauthorized-ttl=0s".into(),
+        ],
+    )
+    .await?;
     let port = ccm.port();
     let admin = cluster.client().await?;
-    let legit = |token: String| async move {
-        let r = reqwest::Client::builder()
-            .danger_accept_invalid_certs(true)
-            .timeout(Duration::from_secs(5))
-            .build()?
-            .get(format!("https://127.0.0.1:{port}/metrics"))
-            .bearer_auth(token)
-            .send()
-            .await?;
-        anyhow::Ok(r.status().as_u16())
-    };
-    // The cluster admin reads /metrics before the flood (its answer is cached, as upstream).
-    assert_eq!(legit(cluster.admin_token().to_string()).await?, 200);
-    let before = token_reviews(&admin).await?;
-    let flood = reqwest::Client::builder()
+    let prometheus = prometheus_token(&cluster).await?;
+    let scraper = reqwest::Client::builder()
         .danger_accept_invalid_certs(true)
-        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
-        .timeout(Duration::from_secs(15))
+        .local_address(std::net::IpAddr::from([127, 0, 1, 1]))
+        .timeout(Duration::from_secs(5))
         .build()?;
-    let start = Instant::now();
-    let mut sent = Vec::new();
-    let mut legit_during = Vec::new();
-    for i in 0..2000u32 {
-        let token: String = (0..32)
-            .map(|_| format!("{:x}", rand::random::<u8>() % 16))
-            .collect();
-        let flood = flood.clone();
-        sent.push(tokio::spawn(async move {
-            flood
-                .get(format!("https://127.0.0.1:{port}/metrics"))
-                .bearer_auth(token)
-                .send()
-                .await
-                .map(|r| r.status().as_u16())
-                .unwrap_or(0)
-        }));
-        if i % 250 == 0 {
-            legit_during.push(tokio::spawn(legit(cluster.admin_token().to_string())));
+    let scrape = {
+        let scraper = scraper.clone();
+        let token = prometheus.clone();
+        move || {
+            let (scraper, token) = (scraper.clone(), token.clone());
+            async move {
+                let r = scraper
+                    .get(format!("https://127.0.0.1:{port}/metrics"))
+                    .bearer_auth(token)
+                    .send()
+                    .await?;
+                anyhow::Ok(r.status().as_u16())
+            }
         }
-        // 500 a second.
-        let due = Duration::from_millis(2 * u64::from(i + 1));
+    };
+    // The scraper has been scraping before the flood (it is a known client).
+    assert_eq!(scrape().await?, 200);
+    let (tokens_before, accesses_before) = (token_reviews(&admin).await?, access_reviews(&admin).await?);
+    let clients: Vec<reqwest::Client> = (0..200)
+        .map(|n| {
+            reqwest::Client::builder()
+                .danger_accept_invalid_certs(true)
+                .local_address(flood_address(n))
+                .timeout(Duration::from_secs(15))
+                .build()
+        })
+        .collect::<Result<_, _>>()?;
+    let start = Instant::now();
+    let (mut made_up, mut unserved, mut scrapes) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..4000usize {
+        let client = clients[i % clients.len()].clone();
+        if i % 2 == 0 {
+            let token: String = (0..32)
+                .map(|_| format!("{:x}", rand::random::<u8>() % 16))
+                .collect();
+            made_up.push(tokio::spawn(async move {
+                client
+                    .get(format!("https://127.0.0.1:{port}/metrics"))
+                    .bearer_auth(token)
+                    .send()
+                    .await
+                    .map(|r| r.status().as_u16())
+                    .unwrap_or(0)
+            }));
+        } else {
+            unserved.push(tokio::spawn(async move {
+                client
+                    .get(format!("https://127.0.0.1:{port}/not-served/{i}"))
+                    .send()
+                    .await
+                    .map(|r| r.status().as_u16())
+                    .unwrap_or(0)
+            }));
+        }
+        if i % 250 == 0 {
+            scrapes.push(tokio::spawn(scrape()));
+        }
+        // 1000 a second.
+        let due = Duration::from_millis(u64::try_from(i + 1).unwrap_or(u64::MAX));
         tokio::time::sleep(due.saturating_sub(start.elapsed())).await;
     }
     let flood_secs = start.elapsed().as_secs_f64();
-    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
-    for s in sent {
-        *statuses.entry(s.await?).or_default() += 1;
+    let count = |statuses: Vec<u16>| {
+        let mut by = std::collections::BTreeMap::<u16, usize>::new();
+        for s in statuses {
+            *by.entry(s).or_default() += 1;
+        }
+        by
+    };
+    let mut all = Vec::new();
+    for s in made_up {
+        all.push(s.await?);
     }
+    let made_up = count(all);
+    let mut all = Vec::new();
+    for s in unserved {
+        all.push(s.await?);
+    }
+    let unserved = count(all);
     let elapsed = start.elapsed().as_secs_f64();
-    let mut legit_statuses = Vec::new();
-    for l in legit_during {
-        legit_statuses.push(l.await??);
+    let mut scraped = Vec::new();
+    for s in scrapes {
+        scraped.push(s.await??);
     }
-    let reviews = token_reviews(&admin).await? - before;
+    let tokens = token_reviews(&admin).await? - tokens_before;
+    let accesses = access_reviews(&admin).await? - accesses_before;
     // Upstream's client: a burst of 400, then 200 a second, for as long as the flood lasted.
     let allowed = 400.0 + 200.0 * elapsed;
     println!(
-        "secure port, 2000 made-up tokens in {flood_secs:.1} s (all answered after {elapsed:.1} s): {reviews} TokenReviews (allowed by QPS 200/burst 400: {allowed:.0}); answers {statuses:?}; the admin's /metrics during the flood: {legit_statuses:?}"
+        "secure port, 2000 made-up tokens and 2000 unserved paths from 200 addresses in {flood_secs:.1} s (all answered after {elapsed:.1} s): {tokens} TokenReviews (allowed by QPS 200/burst 400: {allowed:.0}), {accesses} SubjectAccessReviews; made-up tokens answered {made_up:?}, unserved paths {unserved:?}; the ServiceAccount's scrapes (each reviewed) during the flood: {scraped:?}"
     );
-    assert!(reviews <= allowed, "{reviews} TokenReviews > {allowed}");
-    assert!(reviews >= 400.0, "the burst is used: {reviews}");
-    assert!(statuses.keys().all(|s| *s == 401 || *s == 0), "{statuses:?}");
-    assert!(legit_statuses.iter().all(|s| *s == 200), "{legit_statuses:?}");
-    assert_eq!(legit(cluster.admin_token().to_string()).await?, 200);
+    assert!(tokens <= allowed, "{tokens} TokenReviews > {allowed}");
+    assert!(tokens >= 200.0, "the made-up tokens caused reviews: {tokens}");
+    // 0: no answer (a connection the flood's own clients lost); at most a few.
+    let only = |by: &std::collections::BTreeMap<u16, usize>, status: u16| {
+        by.keys().all(|s| *s == status || *s == 0) && by.get(&0).copied().unwrap_or(0) <= 100
+    };
+    assert!(only(&made_up, 401), "{made_up:?}");
+    assert!(only(&unserved, 404), "{unserved:?}");
+    assert!(
+        accesses <= scraped.len() as f64 + 2.0,
+        "only the scrapes were authorized by review: {accesses}"
+    );
+    assert!(scraped.iter().all(|s| *s == 200), "{scraped:?}\n{}", ccm.log());
+    assert_eq!(scrape().await?, 200);
+    Ok(())
+}
+
+/// 512 connections (from 128 addresses), each sending a request head of 400 KB that never
+/// ends, for 60 s: the CCM's peak RSS stays under 150 MiB (a head is refused past 16 KiB;
+/// hyper's default would hold ~400 KiB for each, ~200 MiB in all) and the probe is answered.
+#[tokio::test]
+async fn unfinished_400_kb_heads_never_grow_the_ccm_or_starve_the_probe() -> Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let cluster = TestCluster::start().await?;
+    let ccm = start(&cluster, "ccm-big-heads", &[]).await?;
+    let port = ccm.port();
+    let config = client_config(rustls::DEFAULT_VERSIONS, None)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (opened, bytes) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let head = {
+        let mut h = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nX-Fill: ".to_vec();
+        h.resize(400 * 1000, b'a');
+        Arc::new(h)
+    };
+    let mut senders = Vec::new();
+    for i in 0..512usize {
+        let (stop, opened, bytes, config, head) = (
+            stop.clone(),
+            opened.clone(),
+            bytes.clone(),
+            config.clone(),
+            head.clone(),
+        );
+        let from = flood_address(i % 128);
+        senders.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let connected = async {
+                    let tcp = connect_from(from, port).await.ok()?;
+                    tokio_rustls::TlsConnector::from(config.clone())
+                        .connect(ServerName::try_from("localhost").ok()?, tcp)
+                        .await
+                        .ok()
+                };
+                let Some(mut tls) = connected.await else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                opened.fetch_add(1, Ordering::Relaxed);
+                // 16 KiB at a time, never the end of the head; held until the server closes.
+                for chunk in head.chunks(16 * 1024) {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    match tokio::time::timeout(Duration::from_secs(5), tls.write_all(chunk)).await {
+                        Ok(Ok(())) => {
+                            bytes.fetch_add(chunk.len(), Ordering::Relaxed);
+                        }
+                        _ => break,
+                    }
+                }
+                let mut held = Held::Tls(Box::new(tls));
+                while !stop.load(Ordering::Relaxed) && !held.closed().await {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (ok, sent, slowest) = probe_loop(port, HOLD_SECONDS).await;
+    stop.store(true, Ordering::Relaxed);
+    for s in senders {
+        let _ = s.await;
+    }
+    let rss = ccm.peak_rss_kb().unwrap_or_default() as f64 / 1024.0;
+    let (opened, bytes) = (opened.load(Ordering::Relaxed), bytes.load(Ordering::Relaxed));
+    println!(
+        "secure port, 512 connections sending unfinished 400 KB heads for {HOLD_SECONDS} s (connections opened: {opened}, head bytes the kernel took: {:.1} MB): /healthz answered {ok} of {sent} probes, slowest {slowest:?}; CCM peak RSS {rss:.1} MiB",
+        bytes as f64 / 1e6
+    );
+    assert!(opened >= 512, "the flood opened only {opened} connections");
+    assert!(bytes >= 512 * 16 * 1024, "the heads were sent: {bytes} bytes");
+    assert!(rss < 150.0, "CCM peak RSS {rss:.1} MiB\n{}", ccm.log());
+    assert!(ok + 1 >= sent, "{ok} of {sent} probes answered\n{}", ccm.log());
+    Ok(())
+}
+
+/// An RSA-2048 serving certificate (PEM cert, PEM key), made with openssl.
+fn rsa_certificate(dir: &std::path::Path) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let (crt, key) = (dir.join("rsa.crt"), dir.join("rsa.key"));
+    let out = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+        ])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&crt)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "openssl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok((crt, key))
+}
+
+/// Full TLS handshakes against an RSA-2048 serving key (each costs the server a signature,
+/// 1–2 ms of CPU), as fast as 256 clients at a time from 16 addresses can make them, for
+/// 30 s (aiming at 2,000 a second): every probe (a second each, 1 s to answer) is answered.
+/// Fails without the per-client handshake bound (the flood's handshakes queue ahead of the
+/// probe's on the port's thread).
+#[tokio::test]
+async fn a_flood_of_rsa_handshakes_never_delays_the_probe_past_a_second() -> Result<()> {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let cluster = TestCluster::start().await?;
+    let (crt, key) = rsa_certificate(cluster.dir())?;
+    let ccm = start(
+        &cluster,
+        "ccm-handshakes",
+        &[
+            format!("--tls-cert-file={}", crt.display()),
+            format!("--tls-private-key-file={}", key.display()),
+        ],
+    )
+    .await?;
+    let port = ccm.port();
+    let config = client_config(rustls::DEFAULT_VERSIONS, None)?;
+    let seconds = 30u64;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (attempts, completed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for w in 0..256usize {
+        let (stop, attempts, completed, config) =
+            (stop.clone(), attempts.clone(), completed.clone(), config.clone());
+        let from = flood_address(w % 16);
+        workers.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // 2,000 a second in all: each worker one every 128 ms.
+                n += 1;
+                let due = Duration::from_millis(128 * n);
+                tokio::time::sleep(due.saturating_sub(started.elapsed())).await;
+                attempts.fetch_add(1, Ordering::Relaxed);
+                let Ok(tcp) = connect_from(from, port).await else {
+                    continue;
+                };
+                let done = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    tokio_rustls::TlsConnector::from(config.clone())
+                        .connect(ServerName::try_from("localhost").expect("a name"), tcp),
+                )
+                .await;
+                if matches!(done, Ok(Ok(_))) {
+                    completed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut answered = 0;
+    let mut slowest = Duration::ZERO;
+    let probes = seconds - 4;
+    for _ in 0..probes {
+        let t = Instant::now();
+        let out = tokio::process::Command::new("curl")
+            .args(["-sk", "--max-time", "1", "-o", "/dev/null", "-w", "%{http_code}"])
+            .arg(format!("https://127.0.0.1:{port}/healthz"))
+            .output()
+            .await;
+        let took = t.elapsed();
+        if out.is_ok_and(|o| o.stdout == b"200") {
+            answered += 1;
+            slowest = slowest.max(took);
+        }
+        tokio::time::sleep(Duration::from_secs(1).saturating_sub(took)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        let _ = w.await;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let (attempts, completed) = (
+        attempts.load(Ordering::Relaxed),
+        completed.load(Ordering::Relaxed),
+    );
+    println!(
+        "secure port, RSA-2048 handshake flood for {secs:.0} s: {attempts} attempted ({:.0}/s), {completed} completed ({:.0}/s); /healthz answered within 1 s {answered} of {probes} probes, slowest {slowest:?}",
+        attempts as f64 / secs,
+        completed as f64 / secs
+    );
+    assert!(
+        attempts as f64 >= 1000.0 * secs * 0.5,
+        "the flood ran: {attempts} attempts"
+    );
+    assert!(completed >= 1000, "handshakes were made: {completed}");
+    assert!(
+        answered + 1 >= probes as usize,
+        "{answered} of {probes} probes answered\n{}",
+        ccm.log()
+    );
     Ok(())
 }
 

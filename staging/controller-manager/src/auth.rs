@@ -545,9 +545,7 @@ impl Delegation {
         if let Some(token) = token {
             self.inner.recent.put(token, (), RECENTLY_AUTHENTICATED);
         }
-        self.inner
-            .recent
-            .put(user_key(user), (), RECENTLY_AUTHENTICATED);
+        self.inner.recent.put(user_key(user), (), RECENTLY_AUTHENTICATED);
     }
 
     /// Sends one review within `timeout` through the shared `limiter` and, unless `budget` is
@@ -932,7 +930,11 @@ mod tests {
         };
         let mut from_one = 0;
         for _ in 0..100 {
-            if gate.limited(&limiter, stranger("127.0.0.2"), t, ok()).await.is_ok() {
+            if gate
+                .limited(&limiter, stranger("127.0.0.2"), t, ok())
+                .await
+                .is_ok()
+            {
                 from_one += 1;
             }
         }

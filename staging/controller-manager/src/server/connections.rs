@@ -6,15 +6,19 @@
 //!   a client being an IPv4 address or an IPv6 /64 (one host's or one tenant's many addresses),
 //!   ties between clients broken by age (the globally oldest goes). A connection younger than
 //!   [`MIN_AGE_TO_CLOSE`] is closed for a newcomer only when its client holds more connections
-//!   than the newcomer's; when no connection can be closed, the newcomer is closed instead. A
+//!   than the newcomer's, or when the newcomer's client holds none (a client's first
+//!   connection always gets in while any connection is idle: hundreds of clients reconnecting
+//!   as fast as they are closed keep every connection young, and the kubelet's probe is such a
+//!   first connection); otherwise, when no connection can be closed, the newcomer is closed. A
 //!   client that opens hundreds of connections, or hundreds of clients with one each, lose
-//!   their own, never the kubelet's probe, which is younger than the flood and busy with its
-//!   request;
+//!   their own, never the kubelet's probe, which is busy with its request a few milliseconds
+//!   after its handshake, long before hundreds of newcomers have made it the oldest;
 //! - the TLS handshake within [`ConnectionLimits::handshake_timeout`]; once a client's hello
 //!   has arrived, the costly rest of the handshake (the server's signature: 1–2 ms of CPU with
 //!   an RSA-2048 key) runs for at most [`ConnectionLimits::max_handshakes_per_client`]
-//!   connections of one client and [`ConnectionLimits::max_handshakes`] in all; a connection
-//!   past either is closed at once ([`HandshakeGate`]). A flood of handshakes then costs the
+//!   connections of one client and, beyond each client's first,
+//!   [`ConnectionLimits::max_handshakes`] in all; a connection past either is closed at once
+//!   ([`HandshakeGate`]). A flood of handshakes then costs the
 //!   flooding client its connections, never the probe its turn;
 //! - an **idle timeout** ([`ConnectionLimits::idle_timeout`]) on every connection whenever no
 //!   request is being answered: before the first request (hyper's protocol detection has no
@@ -110,13 +114,15 @@ pub(crate) struct HandshakePlace {
 
 impl HandshakeGate {
     /// A place for a handshake of `peer`, or `None` when its client has `per_client` in
-    /// progress or `max` are in progress in all.
+    /// progress, or has one in progress and `max` are in progress in all.
     pub(crate) fn enter(&self, peer: IpAddr, max: usize, per_client: usize) -> Option<HandshakePlace> {
         let client = client_of(peer);
         let mut in_progress = self.in_progress.lock();
         let total: usize = in_progress.values().sum();
         let own = in_progress.get(&client).copied().unwrap_or(0);
-        if total >= max.max(1) || own >= per_client.max(1) {
+        // A client's first handshake always goes ahead (the kubelet's probe makes one at a
+        // time): a flood from a few addresses can fill the whole bound with theirs.
+        if own >= per_client.max(1) || (own > 0 && total >= max.max(1)) {
             return None;
         }
         *in_progress.entry(client).or_default() += 1;
@@ -174,7 +180,7 @@ impl ConnectionTable {
     /// Takes a place for a new connection from `peer`; at `max` open connections, closes the
     /// oldest idle connection of the client with the most connections first (ties: the oldest
     /// of them all); one younger than [`MIN_AGE_TO_CLOSE`] only when its client holds more
-    /// connections than `peer`'s would. `None` when no connection can be closed (every one is
+    /// connections than `peer`'s would, or when `peer`'s client holds none. `None` when no connection can be closed (every one is
     /// answering a request or is too young): the new one is closed.
     pub(crate) fn admit(&self, peer: IpAddr, max: usize) -> Option<Slot> {
         let mut entries = self.inner.lock();
@@ -185,11 +191,13 @@ impl ConnectionTable {
                 *per_client.entry(client_of(e.peer)).or_default() += 1;
             }
             let newcomers = per_client.get(&client_of(peer)).copied().unwrap_or(0) + 1;
+            let first_of_its_client = newcomers == 1;
             let victim = entries
                 .iter()
                 .filter(|(_, e)| {
                     let busier = per_client.get(&client_of(e.peer)).copied().unwrap_or(0) > newcomers;
-                    !e.activity.busy() && (busier || now.duration_since(e.opened) >= MIN_AGE_TO_CLOSE)
+                    !e.activity.busy()
+                        && (busier || first_of_its_client || now.duration_since(e.opened) >= MIN_AGE_TO_CLOSE)
                 })
                 .max_by_key(|(id, e)| {
                     (
@@ -374,7 +382,7 @@ mod tests {
     }
 
     /// Many clients with one connection each (all tied): the globally oldest goes, whatever
-    /// the order of the table; the probe's young connection is never taken.
+    /// the order of the table; the probe's connection, busy with its request, is never taken.
     #[tokio::test(start_paused = true)]
     async fn ties_between_clients_take_the_globally_oldest_and_never_a_young_probe() {
         let table = ConnectionTable::default();
@@ -403,11 +411,14 @@ mod tests {
                 "newcomer {n} took the oldest connection, in age order"
             );
         }
-        // Only young connections are left (the probe's, idle now, and the newcomers'): the
-        // next newcomer is closed instead.
+        // Only young connections are left (the probe's, busy, and the newcomers'): a second
+        // connection of a client that has one is closed instead; a client's first connection
+        // takes the oldest young idle one (never the busy probe).
+        assert!(table.admit("127.1.0.1".parse().unwrap(), max).is_none());
+        assert!(newcomers.iter().all(|s| !s.close.is_cancelled()));
+        let _first = table.admit("127.2.0.1".parse().unwrap(), max).unwrap();
+        assert!(newcomers[0].close.is_cancelled() && !probe.close.is_cancelled());
         drop(_request);
-        assert!(table.admit("127.2.0.1".parse().unwrap(), max).is_none());
-        assert!(!probe.close.is_cancelled() && newcomers.iter().all(|s| !s.close.is_cancelled()));
     }
 
     #[test]
@@ -416,11 +427,20 @@ mod tests {
         let flood: IpAddr = "127.0.0.2".parse().unwrap();
         let places: Vec<HandshakePlace> = (0..4).filter_map(|_| gate.enter(flood, 6, 4)).collect();
         assert_eq!(places.len(), 4);
-        assert!(gate.enter(flood, 6, 4).is_none(), "the client's fifth waits for nothing");
+        assert!(
+            gate.enter(flood, 6, 4).is_none(),
+            "the client's fifth waits for nothing"
+        );
         let probe = gate.enter("127.0.0.1".parse().unwrap(), 6, 4);
         assert!(probe.is_some(), "another client gets in");
-        let _sixth = gate.enter("127.0.0.3".parse().unwrap(), 6, 4).unwrap();
-        assert!(gate.enter("127.0.0.4".parse().unwrap(), 6, 4).is_none(), "six in all");
+        let sixth = gate.enter("127.0.0.3".parse().unwrap(), 6, 4).unwrap();
+        assert!(
+            gate.enter("127.0.0.3".parse().unwrap(), 6, 4).is_none(),
+            "six in all"
+        );
+        let _first = gate.enter("127.0.0.4".parse().unwrap(), 6, 4);
+        assert!(_first.is_some(), "a client's first handshake goes ahead");
+        drop(sixth);
         drop(places);
         assert!(gate.enter(flood, 6, 4).is_some(), "released when done");
     }
