@@ -39,8 +39,7 @@
 //!   recently authenticated client's waits at most [`REVIEW_MAX_QUEUE_WAIT`].
 //!
 //! Differences from upstream: the `--requestheader-*` front-proxy authentication is not
-//! implemented (requests carrying `X-Remote-User` are treated like any other); the client CA
-//! from the ConfigMap is read once at start, not watched.
+//! implemented (requests carrying `X-Remote-User` are treated like any other).
 
 use std::{
     collections::BTreeMap,
@@ -473,6 +472,26 @@ impl Delegation {
         let user = self
             .authenticate_from(client, authorization, certificate_user)
             .await?;
+        self.authorize_from(client, &user, method, path).await?;
+        Ok(user)
+    }
+
+    /// [`Delegation::check_from`] for a request whose client certificate the client CA did not
+    /// sign: only a bearer token authenticates it (never anonymous), as upstream's union of the
+    /// x509 and token authenticators.
+    pub async fn check_token_only(
+        &self,
+        client: Option<IpAddr>,
+        method: &http::Method,
+        path: &str,
+        authorization: Option<&str>,
+    ) -> Result<UserInfo, Refusal> {
+        if authorization.and_then(bearer_token).is_none()
+            || self.inner.options.authentication_client.is_none()
+        {
+            return Err(Refusal::Unauthorized);
+        }
+        let user = self.authenticate_from(client, authorization, None).await?;
         self.authorize_from(client, &user, method, path).await?;
         Ok(user)
     }

@@ -86,6 +86,40 @@ pub(super) async fn delegated_client(
         .map_err(|e| AppError::InvalidFlags(format!("--{flag}: building the client: {e}")))
 }
 
+/// How often the cluster's client CA is read again.
+const CLIENT_CA_REREAD: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Reads `kube-system/extension-apiserver-authentication` again every [`CLIENT_CA_REREAD`] and
+/// sends its `client-ca-file` when it changed (as upstream's dynamic client CA follows the
+/// ConfigMap), so a rotated API server client CA is trusted without a restart. A failed read
+/// or a missing ConfigMap keeps the last bundle. Stops when the server stops listening.
+fn follow_client_ca(client: kube::Client, first: String) -> tokio::sync::watch::Receiver<String> {
+    let (tx, rx) = tokio::sync::watch::channel(first);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(CLIENT_CA_REREAD).await;
+            if tx.is_closed() {
+                return;
+            }
+            match lookup_client_ca(&client, true).await {
+                Ok(Some(pem)) if *tx.borrow() != pem => {
+                    info!(
+                        "the cluster's client CA (configmap kube-system/extension-apiserver-authentication) changed"
+                    );
+                    if tx.send(pem).is_err() {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "reading the cluster's client CA again failed; the last one stays")
+                }
+            }
+        }
+    });
+    rx
+}
+
 /// The secure port's delegated authentication and authorization, and the client CA to ask
 /// client certificates for (`--client-ca-file`, else the cluster's, unless
 /// `--authentication-skip-lookup`).
@@ -114,6 +148,7 @@ pub(super) async fn delegation(opts: &Options) -> Result<(Delegation, Option<Cli
             pem: std::fs::read_to_string(path)
                 .map_err(|e| AppError::InvalidFlags(format!("--client-ca-file {}: {e}", path.display())))?,
             file: Some(path.clone()),
+            updates: None,
         }),
         (None, Some(client)) if !authn.authentication_skip_lookup => {
             lookup_client_ca(client, authn.authentication_tolerate_lookup_failure)
@@ -121,6 +156,7 @@ pub(super) async fn delegation(opts: &Options) -> Result<(Delegation, Option<Cli
                 .map_err(|e| AppError::InvalidFlags(e.to_string()))?
                 .map(|pem| ClientCa {
                     source: "configmap kube-system/extension-apiserver-authentication client-ca-file".into(),
+                    updates: Some(follow_client_ca(client.clone(), pem.clone())),
                     pem,
                     file: None,
                 })

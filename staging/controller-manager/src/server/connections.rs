@@ -18,7 +18,7 @@
 //!   an RSA-2048 key) runs for at most [`ConnectionLimits::max_handshakes_per_client`]
 //!   connections of one client and, beyond each client's first,
 //!   [`ConnectionLimits::max_handshakes`] in all; a connection past either is closed at once
-//!   ([`HandshakeGate`]). A flood of handshakes then costs the
+//!   (`HandshakeGate`). A flood of handshakes then costs the
 //!   flooding client its connections, never the probe its turn;
 //! - an **idle timeout** ([`ConnectionLimits::idle_timeout`]) on every connection whenever no
 //!   request is being answered: before the first request (hyper's protocol detection has no

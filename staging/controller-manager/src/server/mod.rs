@@ -168,8 +168,11 @@ pub struct ClientCa {
     /// The PEM text (read from `file` instead when that is set).
     pub pem: String,
     /// The file it is read from (`--client-ca-file`), and read again when it changes; `None`
-    /// for a bundle from the cluster (read once).
+    /// for a bundle from the cluster.
     pub file: Option<PathBuf>,
+    /// New bundles (PEM), taken for new connections as they come (a bundle from the cluster,
+    /// read again by whoever holds the sender); `None`: no updates.
+    pub updates: Option<tokio::sync::watch::Receiver<String>>,
 }
 
 /// Serving errors.
@@ -313,6 +316,7 @@ pub fn serve_on(
                 continue;
             };
             let config = tls.config();
+            let tls_state = tls.clone();
             let handshakes = handshakes.clone();
             let endpoints = endpoints.clone();
             let delegation = delegation.clone();
@@ -345,13 +349,18 @@ pub fn serve_on(
                         return;
                     };
                     // A verified client certificate names the user of every request on this
-                    // connection; one without a Common Name authenticates nobody (401).
-                    let certificate: Option<Option<UserInfo>> = tls
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .and_then(|c| c.first())
-                        .map(UserInfo::from_client_certificate);
+                    // connection; one without a Common Name authenticates nobody (401); one the
+                    // client CA did not sign leaves the requests to their bearer token.
+                    let certificate = match tls.get_ref().1.peer_certificates() {
+                        Some(certs) if !certs.is_empty() => {
+                            if tls_state.verify_client(certs) {
+                                Certificate::Verified(UserInfo::from_client_certificate(&certs[0]))
+                            } else {
+                                Certificate::Foreign
+                            }
+                        }
+                        _ => Certificate::None,
+                    };
                     let certificate = Arc::new(certificate);
                     let in_flight = activity.clone();
                     let service = service_fn(move |req| {
@@ -407,26 +416,45 @@ pub fn serve_on(
     });
 }
 
+/// The client certificate of a connection.
+enum Certificate {
+    /// None was presented.
+    None,
+    /// One the client CA signed, and the user it names (`None`: no Common Name).
+    Verified(Option<UserInfo>),
+    /// One the client CA did not sign (another CA, a rotated one, or none configured).
+    Foreign,
+}
+
 async fn check(
     gate: &Delegation,
     peer: IpAddr,
-    certificate: &Option<Option<UserInfo>>,
+    certificate: &Certificate,
     req: &Request<Incoming>,
 ) -> Result<(), Refusal> {
-    let certificate_user = match certificate {
-        None => None,
-        Some(Some(user)) => Some(user),
-        Some(None) => return Err(Refusal::Unauthorized),
-    };
     let authorization = req
         .headers()
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     let path = req.uri().path();
-    match gate
-        .check_from(Some(peer), req.method(), path, authorization, certificate_user)
-        .await
-    {
+    let checked = match certificate {
+        Certificate::None => {
+            gate.check_from(Some(peer), req.method(), path, authorization, None)
+                .await
+        }
+        Certificate::Verified(Some(user)) => {
+            gate.check_from(Some(peer), req.method(), path, authorization, Some(user))
+                .await
+        }
+        Certificate::Verified(None) => Err(Refusal::Unauthorized),
+        // As upstream's x509 authenticator failing inside its union: the token may still
+        // authenticate the request; without one, it is not anonymous but refused.
+        Certificate::Foreign => {
+            gate.check_token_only(Some(peer), req.method(), path, authorization)
+                .await
+        }
+    };
+    match checked {
         Ok(user) => {
             debug!(user = %user.name, path, "authorized");
             Ok(())

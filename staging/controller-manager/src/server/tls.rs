@@ -20,12 +20,16 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use rustls::{
-    SupportedCipherSuite,
+    DigitallySignedStruct, DistinguishedName, SignatureScheme, SupportedCipherSuite,
+    client::danger::HandshakeSignatureValid,
     crypto::CryptoProvider,
-    pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
-    server::{ClientHello, ResolvesServerCert},
+    pki_types::{CertificateDer, PrivateKeyDer, UnixTime, pem::PemObject},
+    server::{
+        ClientHello, ResolvesServerCert,
+        danger::{ClientCertVerified, ClientCertVerifier},
+    },
     sign::CertifiedKey,
 };
 use tokio_util::sync::CancellationToken;
@@ -378,6 +382,17 @@ impl ResolvesServerCert for SniResolver {
 
 /// Builds the rustls configuration from the options (reading every file named there).
 pub fn server_config(opts: &ServingOptions) -> Result<rustls::ServerConfig, ServerError> {
+    Ok(serving_config(opts)?.0)
+}
+
+/// The client CA's verifier of a configuration, checking a client certificate's chain per
+/// request (see [`RequestClientCert`]).
+pub(crate) type ClientCaVerifier = Arc<dyn ClientCertVerifier>;
+
+/// [`server_config`] and the verifier of its client CA, when one is configured.
+fn serving_config(
+    opts: &ServingOptions,
+) -> Result<(rustls::ServerConfig, Option<ClientCaVerifier>), ServerError> {
     let provider = with_curves(
         crypto_provider(&opts.tls_cipher_suites)?,
         &opts.tls_curve_preferences,
@@ -418,6 +433,7 @@ pub fn server_config(opts: &ServingOptions) -> Result<rustls::ServerConfig, Serv
     let builder = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(protocol_versions(&opts.tls_min_version)?)
         .map_err(|e| ServerError::Tls(e.to_string()))?;
+    let mut client_ca = None;
     let builder = match &opts.client_ca {
         None => builder.with_no_client_auth(),
         Some(ca) => {
@@ -448,7 +464,8 @@ pub fn server_config(opts: &ServingOptions) -> Result<rustls::ServerConfig, Serv
                 .allow_unauthenticated()
                 .build()
                 .map_err(|e| bad(e.to_string()))?;
-            builder.with_client_cert_verifier(verifier)
+            client_ca = Some(verifier.clone());
+            builder.with_client_cert_verifier(Arc::new(RequestClientCert { ca: verifier }))
         }
     };
     let mut config = builder.with_cert_resolver(Arc::new(resolver));
@@ -457,7 +474,62 @@ pub fn server_config(opts: &ServingOptions) -> Result<rustls::ServerConfig, Serv
     } else {
         vec![b"h2".to_vec(), b"http/1.1".to_vec()]
     };
-    Ok(config)
+    Ok((config, client_ca))
+}
+
+/// Asks for a client certificate (never requires one) and takes any at the handshake, as Go's
+/// `tls.RequestClientCert` that upstream serves with: the handshake proves that the client
+/// holds the certificate's key, and the chain is verified against the client CA for each
+/// request ([`ReloadingConfig::verify_client`]). A certificate of another (or a rotated) CA
+/// does not end the connection: its requests authenticate with a bearer token, or answer 401.
+#[derive(Debug)]
+struct RequestClientCert {
+    ca: ClientCaVerifier,
+}
+
+impl ClientCertVerifier for RequestClientCert {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.ca.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.ca.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.ca.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.ca.supported_verify_schemes()
+    }
 }
 
 /// A self-signed pair for `localhost`/`127.0.0.1`, written to `--cert-dir` when one is given.
@@ -520,10 +592,18 @@ fn fingerprint(files: &[PathBuf]) -> Vec<Option<(SystemTime, u64)>> {
         .collect()
 }
 
-/// The TLS configuration new connections get; replaced when the files it was read from change.
+/// The TLS configuration new connections get; replaced when the files it was read from, or the
+/// client CA sent through [`super::ClientCa::updates`], change.
 #[derive(Clone)]
 pub struct ReloadingConfig {
-    current: Arc<RwLock<Arc<rustls::ServerConfig>>>,
+    current: Arc<RwLock<Serving>>,
+}
+
+/// A configuration and the verifier of its client CA.
+#[derive(Clone)]
+struct Serving {
+    config: Arc<rustls::ServerConfig>,
+    client_ca: Option<ClientCaVerifier>,
 }
 
 impl std::fmt::Debug for ReloadingConfig {
@@ -532,20 +612,46 @@ impl std::fmt::Debug for ReloadingConfig {
     }
 }
 
+/// Reads the configuration of `opts` again and, when it is complete and valid, serves it from
+/// then on; a bad one is warned about and the last good configuration stays.
+fn reload(current: &RwLock<Serving>, opts: &ServingOptions, what: &str) {
+    match serving_config(opts) {
+        Ok((config, client_ca)) => {
+            *current.write() = Serving {
+                config: Arc::new(config),
+                client_ca,
+            };
+            info!(
+                what,
+                "secure port: {what} changed; new connections get the new ones"
+            );
+        }
+        Err(e) => {
+            warn!(error = %e, what, "secure port: a changed {what} cannot be used (yet); the previous ones stay");
+        }
+    }
+}
+
 impl ReloadingConfig {
     /// Reads the configuration now (errors are the server's start-up errors) and, when it comes
     /// from files, looks at them every [`RELOAD_INTERVAL`] until `shutdown`: a change is read
     /// again and, when it is complete and valid, served from then on; a bad one is warned
-    /// about once and the last good configuration stays.
+    /// about once and the last good configuration stays. A client CA sent through
+    /// [`super::ClientCa::updates`] is taken the same way.
     pub fn start(opts: &ServingOptions, shutdown: CancellationToken) -> Result<Self, ServerError> {
         let files = watched_files(opts);
         let mut seen = fingerprint(&files);
+        let (config, client_ca) = serving_config(opts)?;
         let config = Self {
-            current: Arc::new(RwLock::new(Arc::new(server_config(opts)?))),
+            current: Arc::new(RwLock::new(Serving {
+                config: Arc::new(config),
+                client_ca,
+            })),
         };
+        // The options both watchers rebuild from (a client CA update changes them).
+        let shared = Arc::new(Mutex::new(opts.clone()));
         if !files.is_empty() {
-            let opts = opts.clone();
-            let current = config.current.clone();
+            let (current, shared, shutdown) = (config.current.clone(), shared.clone(), shutdown.clone());
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(RELOAD_INTERVAL);
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -559,36 +665,66 @@ impl ReloadingConfig {
                         continue;
                     }
                     seen = now;
-                    match server_config(&opts) {
-                        Ok(c) => {
-                            *current.write() = Arc::new(c);
-                            info!(files = ?files, "secure port: certificate, key or client CA changed; new connections get the new ones");
-                        }
-                        Err(e) => {
-                            warn!(error = %e, "secure port: a changed certificate, key or client CA cannot be used (yet); the previous ones stay");
-                        }
+                    let opts = shared.lock().clone();
+                    reload(&current, &opts, "certificate, key or client CA file");
+                }
+            });
+        }
+        if let Some(mut updates) = opts.client_ca.as_ref().and_then(|ca| ca.updates.clone()) {
+            let current = config.current.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        changed = updates.changed() => if changed.is_err() { return },
+                        _ = shutdown.cancelled() => return,
                     }
+                    let pem = updates.borrow_and_update().clone();
+                    let opts = {
+                        let mut shared = shared.lock();
+                        if let Some(ca) = shared.client_ca.as_mut() {
+                            ca.pem = pem;
+                        }
+                        shared.clone()
+                    };
+                    reload(&current, &opts, "client CA");
                 }
             });
         }
         Ok(config)
     }
 
-    /// A fixed configuration (never reloaded).
+    /// A fixed configuration (never reloaded). A client certificate it asks for is verified by
+    /// nothing here: its requests are treated as those of a certificate of another CA.
     pub fn fixed(config: rustls::ServerConfig) -> Self {
         Self {
-            current: Arc::new(RwLock::new(Arc::new(config))),
+            current: Arc::new(RwLock::new(Serving {
+                config: Arc::new(config),
+                client_ca: None,
+            })),
         }
     }
 
     /// The configuration for a new connection.
     pub fn config(&self) -> Arc<rustls::ServerConfig> {
-        self.current.read().clone()
+        self.current.read().config.clone()
     }
 
     /// An acceptor with the configuration for a new connection.
     pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
-        tokio_rustls::TlsAcceptor::from(self.current.read().clone())
+        tokio_rustls::TlsAcceptor::from(self.config())
+    }
+
+    /// Whether the client certificate chain `certs` (end entity first) is signed by the
+    /// current client CA and valid now.
+    pub fn verify_client(&self, certs: &[CertificateDer<'_>]) -> bool {
+        let Some(ca) = self.current.read().client_ca.clone() else {
+            return false;
+        };
+        let Some((end_entity, intermediates)) = certs.split_first() else {
+            return false;
+        };
+        ca.verify_client_cert(end_entity, intermediates, UnixTime::now())
+            .is_ok()
     }
 }
 

@@ -101,7 +101,7 @@ pub fn older_release_local_health(svc: &Service, opts: &LbOptions, h: &TgHealth)
         healthy: 2,
         unhealthy: 2,
     };
-    (!asked && *h == newest).then(|| TgHealth {
+    (!asked && *h == newest).then_some(TgHealth {
         interval: 30,
         healthy: 3,
         unhealthy: 3,
