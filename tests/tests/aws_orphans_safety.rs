@@ -498,6 +498,22 @@ async fn what_serves_a_service_in_a_switch_or_wanted_again_at_the_prompt_is_kept
     );
     assert_eq!(moto.mutations_since(before), vec![]);
 
+    // A listing past its deadline lists and deletes nothing.
+    let mut late = vec!["orphans".to_string()];
+    late.extend(s.delete_args(&["--yes", "--list-timeout=1ms"]));
+    let out = Command::new(&binary)
+        .args(&late)
+        .envs(moto.sdk_env())
+        .env("RUST_LOG", "warn")
+        .output()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("the listing took longer than --list-timeout=1ms; nothing is listed or deleted"),
+        "{err}"
+    );
+    assert_eq!(moto.mutations_since(before), vec![]);
+
     // `back` wants its load balancer again while the prompt waits; then "y".
     let mut child = Command::new(&binary)
         .args(&args[..args.len() - 1])

@@ -76,6 +76,7 @@ pub mod error;
 pub mod fake;
 pub mod gcfg;
 pub mod node;
+pub mod orphans;
 pub mod registry;
 pub mod service;
 pub mod well_known;

@@ -68,6 +68,7 @@ pub(crate) async fn orphans(env: &Env, test: &str, extra: &[&str]) -> Result<(i3
         "cloud-controller-manager-openstack",
     )?)
     .arg("orphans")
+    .arg("--output=tsv")
     .arg(format!(
         "--cloud-config={}",
         env.cluster.dir().join(format!("ccm-{test}.conf")).display()

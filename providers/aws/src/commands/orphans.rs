@@ -12,17 +12,20 @@
 //! - the kubeconfig's cluster is checked to be the cloud config's (the Nodes' instances carry
 //!   its cluster tag, [`AwsCloud::verify_cluster`]); otherwise nothing is deleted;
 //! - `--cluster-cidr` must be the running CCM's when its Pod states one;
-//! - the confirmation prompt waits `--prompt-timeout` at most (nothing is deleted then);
-//! - the Services are listed after the cloud's resources (a load balancer seen was made for a
-//!   Service the listing shows), and again right before each deletion: when any changed, the
-//!   orphans are found again and whatever is no longer one is kept.
+//! - and what every provider's `orphans` does ([`k8s_cloud_provider::orphans`]): the Services
+//!   listed before and after the cloud's resources, a deadline for the listing
+//!   (`--list-timeout`), a deadline for the prompt (`--prompt-timeout`), the Services listed
+//!   again right before each deletion (whatever is no longer an orphan is kept).
 //!
 //! Exit code: 0 when the listing (and every deletion) succeeded, 1 otherwise.
 
-use std::{io::Write, process::ExitCode};
+use std::process::ExitCode;
 
-use clap::{ArgAction, Args, FromArgMatches};
-use k8s_cloud_provider::app::ProviderCommand;
+use clap::{Args, FromArgMatches};
+use k8s_cloud_provider::{
+    app::ProviderCommand,
+    orphans::{OrphanFinder, OrphanRow, OrphansRunFlags},
+};
 use k8s_legacy_cloud_provider_aws::{
     AwsCloud,
     orphans::{Orphan, OrphanKind},
@@ -46,20 +49,9 @@ pub struct OrphansFlags {
     /// routes are not checked.
     #[arg(long = "cluster-cidr", value_delimiter = ',')]
     pub cluster_cidr: Vec<String>,
-    /// Delete the orphans (asks for confirmation on the terminal unless --yes).
-    #[arg(long = "delete", action = ArgAction::SetTrue)]
-    pub delete: bool,
-    /// Do not ask before deleting.
-    #[arg(long = "yes", short = 'y', action = ArgAction::SetTrue)]
-    pub yes: bool,
-    /// How long the confirmation prompt of --delete waits for an answer (a Go duration); with
-    /// no answer by then nothing is deleted. What is listed ages while the prompt waits.
-    #[arg(long = "prompt-timeout", default_value = "2m", value_parser = parse_timeout)]
-    pub prompt_timeout: std::time::Duration,
-}
-
-fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
-    k8s_controller_manager::duration::parse_go_duration(s)
+    /// Deleting, prompting, deadlines, output.
+    #[command(flatten)]
+    pub run: OrphansRunFlags,
 }
 
 /// The command as the AWS binary registers it.
@@ -88,41 +80,6 @@ async fn run(matches: clap::ArgMatches) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Prints the orphans as a table.
-pub fn table(orphans: &[Orphan]) -> String {
-    let rows: Vec<[String; 5]> = orphans
-        .iter()
-        .map(|o| {
-            [
-                o.kind.to_string(),
-                o.name.clone(),
-                o.id.clone(),
-                o.owner.clone(),
-                o.reason.clone(),
-            ]
-        })
-        .collect();
-    let header = ["KIND", "NAME", "ID", "OWNER", "REASON"].map(String::from);
-    let mut widths = header.clone().map(|h| h.len());
-    for r in &rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.len());
-        }
-    }
-    let mut out = String::new();
-    for r in std::iter::once(&header).chain(&rows) {
-        let line: Vec<String> = r
-            .iter()
-            .zip(widths)
-            .enumerate()
-            .map(|(i, (c, w))| if i == 4 { c.clone() } else { format!("{c:<w$}") })
-            .collect();
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
 }
 
 /// What the running CCM's Pod states: its `--cluster-name` (the default `kubernetes` without
@@ -276,51 +233,6 @@ fn cluster_name_for_delete(
     }
 }
 
-/// What a listing of Services was: each Service's UID and resource version.
-type ServicesSeen = std::collections::BTreeSet<(String, String)>;
-
-fn services_seen(services: &[Service]) -> ServicesSeen {
-    services
-        .iter()
-        .map(|s| {
-            (
-                s.metadata.uid.clone().unwrap_or_default(),
-                s.metadata.resource_version.clone().unwrap_or_default(),
-            )
-        })
-        .collect()
-}
-
-async fn list_services(client: &kube::Client) -> Result<Vec<Service>, String> {
-    Api::<Service>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map(|l| l.items)
-        .map_err(|e| {
-            format!("listing the cluster's Services (nothing is listed or deleted without them): {e}")
-        })
-}
-
-/// The orphans among the load balancers, target groups and security groups, with the
-/// Services they were found against: found with a listing of the Services, which is repeated
-/// after the cloud's resources were listed, and found again while it changed meanwhile (a load
-/// balancer made for a Service created during the first listing is then wanted).
-async fn find_stable(aws: &AwsCloud, client: &kube::Client) -> Result<(Vec<Orphan>, ServicesSeen), String> {
-    let mut services = list_services(client).await?;
-    for _ in 0..5 {
-        let found = aws
-            .find_orphans(&services)
-            .await
-            .map_err(|e| format!("listing cloud resources: {e}"))?;
-        let again = list_services(client).await?;
-        if services_seen(&again) == services_seen(&services) {
-            return Ok((found, services_seen(&again)));
-        }
-        services = again;
-    }
-    Err("the cluster's Services kept changing while the cloud's resources were listed (5 times); nothing is listed or deleted, try again".into())
-}
-
 /// The kinds in the order they are deleted: load balancers before what they use, security
 /// groups before the rules of gone sources, routes last.
 const DELETION_ORDER: [OrphanKind; 6] = [
@@ -352,43 +264,87 @@ fn plan_step(kind: OrphanKind) -> &'static str {
     }
 }
 
-/// The numbered deletion plan.
-pub fn plan(orphans: &[Orphan]) -> String {
-    let mut out = String::from("Deletion plan (each is read again just before it is deleted):\n");
-    let mut n = 0;
-    for kind in DELETION_ORDER {
-        for o in orphans.iter().filter(|o| o.kind == kind) {
-            n += 1;
-            out.push_str(&format!(
-                "{n:>3}. {} {} ({}): {}\n",
-                o.kind,
-                o.name,
-                o.id,
-                plan_step(kind)
-            ));
-        }
-    }
-    out
+/// The AWS side of `orphans`.
+struct AwsOrphans {
+    aws: std::sync::Arc<AwsCloud>,
+    client: kube::Client,
+    /// The CCM's cluster name (`--delete` only).
+    cluster_name: Option<String>,
+    cluster_cidrs: Vec<ipnet::IpNet>,
 }
 
-/// Asks for confirmation on the terminal, waiting `timeout` at most: `Ok(true)` for yes.
-async fn confirm(count: usize, timeout: std::time::Duration) -> Result<bool, String> {
-    print!("Delete these {count} resources? [y/N] ");
-    let _ = std::io::stdout().flush();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    // A thread of its own: a blocking read of the terminal, abandoned when the time is up.
-    std::thread::spawn(move || {
-        let mut answer = String::new();
-        let _ = tx.send(std::io::stdin().read_line(&mut answer).map(|_| answer));
-    });
-    match tokio::time::timeout(timeout, rx).await {
-        Err(_) => Err(format!(
-            "no answer within --prompt-timeout={}s; nothing is deleted",
-            timeout.as_secs()
-        )),
-        Ok(Err(_)) => Err("reading the confirmation failed; nothing is deleted".into()),
-        Ok(Ok(Err(e))) => Err(format!("reading the confirmation: {e}; nothing is deleted")),
-        Ok(Ok(Ok(answer))) => Ok(matches!(answer.trim(), "y" | "Y" | "yes")),
+impl AwsOrphans {
+    async fn nodes(&self) -> Result<Vec<Node>, String> {
+        Api::<Node>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .map_err(|e| {
+                format!(
+                    "listing the cluster's Nodes (nothing is deleted and no route listed without them): {e}"
+                )
+            })
+    }
+}
+
+#[k8s_cloud_provider::async_trait]
+impl OrphanFinder for AwsOrphans {
+    type Orphan = Orphan;
+
+    fn row(&self, o: &Orphan) -> OrphanRow {
+        OrphanRow::new(o.kind.to_string(), &o.name, &o.id, &o.owner, &o.reason)
+    }
+
+    fn plan_step(&self, o: &Orphan) -> String {
+        plan_step(o.kind).into()
+    }
+
+    fn nothing_found(&self) -> String {
+        "No orphans: every cluster-owned load balancer, target group and security group is in use or wanted by a Service, every checked route leads to a Node.".into()
+    }
+
+    async fn verify_cluster(&self) -> Result<String, String> {
+        let nodes = self.nodes().await?;
+        self.aws.verify_cluster(&nodes).await.map_err(|e| e.to_string())
+    }
+
+    async fn find(&self, services: &[Service]) -> Result<Vec<Orphan>, String> {
+        let mut found = self
+            .aws
+            .find_orphans(services)
+            .await
+            .map_err(|e| format!("listing cloud resources: {e}"))?;
+        if !self.cluster_cidrs.is_empty() {
+            let nodes = self.nodes().await?;
+            found.extend(
+                self.aws
+                    .find_orphan_routes(&nodes, &self.cluster_cidrs)
+                    .await
+                    .map_err(|e| format!("listing routes: {e}"))?,
+            );
+        }
+        // In the order they are deleted.
+        found.sort_by_key(|o| DELETION_ORDER.iter().position(|k| *k == o.kind));
+        Ok(found)
+    }
+
+    async fn delete(&self, o: &Orphan, _services: &[Service]) -> Result<(), String> {
+        if o.kind == OrphanKind::Route {
+            let nodes = self.nodes().await?;
+            return self
+                .aws
+                .delete_orphan_route(o, &nodes)
+                .await
+                .map_err(|e| e.to_string());
+        }
+        let cluster_name = self
+            .cluster_name
+            .as_deref()
+            .ok_or("--delete needs the CCM's cluster name; nothing is deleted")?;
+        self.aws
+            .delete_orphan(cluster_name, o)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -414,91 +370,19 @@ async fn orphans(flags: &OrphansFlags) -> Result<bool, String> {
             Err(e) => eprintln!("warning: --cluster-cidr not checked against the CCM's: {e}"),
         }
     }
-    let cluster_name = if flags.delete {
+    let cluster_name = if flags.run.delete {
         Some(cluster_name_for_delete(flags, &running)?)
     } else {
         None
     };
-    let aws = super::aws_cloud(flags.access.cloud_config_bytes()?).await?;
-    let list_nodes = || async {
-        Api::<Node>::all(client.clone())
-            .list(&ListParams::default())
-            .await
-            .map(|l| l.items)
-            .map_err(|e| {
-                format!("listing the cluster's Nodes (no route is listed or deleted without them): {e}")
-            })
-    };
-    if flags.delete {
-        let nodes = list_nodes().await?;
-        let checked = aws.verify_cluster(&nodes).await.map_err(|e| e.to_string())?;
-        println!("Same cluster: {checked}.");
-    }
-    let (mut found, mut seen) = find_stable(&aws, &client).await?;
-    let mut routes = Vec::new();
     if cluster_cidrs.is_empty() {
         eprintln!("Routes were not checked: give --cluster-cidr (the CCM's) to include them.");
-    } else {
-        let nodes = list_nodes().await?;
-        routes = aws
-            .find_orphan_routes(&nodes, &cluster_cidrs)
-            .await
-            .map_err(|e| format!("listing routes: {e}"))?;
     }
-    let all: Vec<Orphan> = found.iter().chain(&routes).cloned().collect();
-    if all.is_empty() {
-        println!(
-            "No orphans: every cluster-owned load balancer, target group and security group is in use or wanted by a Service, every checked route leads to a Node."
-        );
-        return Ok(true);
-    }
-    print!("{}", table(&all));
-    let Some(cluster_name) = cluster_name else {
-        println!("{} orphan(s). Run again with --delete to delete them.", all.len());
-        return Ok(true);
+    let finder = AwsOrphans {
+        aws: super::aws_cloud(flags.access.cloud_config_bytes()?).await?,
+        client: client.clone(),
+        cluster_name,
+        cluster_cidrs,
     };
-    print!("{}", plan(&all));
-    if !flags.yes && !confirm(all.len(), flags.prompt_timeout).await? {
-        println!("Nothing deleted.");
-        return Ok(true);
-    }
-    let mut ok = true;
-    for kind in DELETION_ORDER {
-        for o in all.iter().filter(|o| o.kind == kind) {
-            let result = if kind == OrphanKind::Route {
-                match list_nodes().await {
-                    Ok(nodes) => aws
-                        .delete_orphan_route(o, &nodes)
-                        .await
-                        .map_err(|e| e.to_string()),
-                    Err(e) => Err(e),
-                }
-            } else {
-                // The Services again: when any changed since the orphans were found, they are
-                // found again, and one that is no longer an orphan is kept.
-                let now = list_services(&client).await?;
-                if services_seen(&now) != seen {
-                    (found, seen) = find_stable(&aws, &client).await?;
-                }
-                if !found.iter().any(|f| f.kind == o.kind && f.id == o.id) {
-                    println!(
-                        "not deleted {} {} ({}): not found as an orphan again after the cluster's Services changed (gone already, or wanted again)",
-                        o.kind, o.name, o.id
-                    );
-                    continue;
-                }
-                aws.delete_orphan(&cluster_name, o)
-                    .await
-                    .map_err(|e| e.to_string())
-            };
-            match result {
-                Ok(()) => println!("deleted {} {} ({})", o.kind, o.name, o.id),
-                Err(e) => {
-                    ok = false;
-                    println!("FAILED to delete {} {} ({}): {e}", o.kind, o.name, o.id);
-                }
-            }
-        }
-    }
-    Ok(ok)
+    k8s_cloud_provider::orphans::run(&finder, &client, &flags.run).await
 }

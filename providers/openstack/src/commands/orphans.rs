@@ -8,13 +8,22 @@
 //! ([`OpenStackCloud::verify_cluster`](k8s_legacy_cloud_provider_openstack::OpenStackCloud::verify_cluster):
 //! its Nodes' servers are there); otherwise nothing is deleted.
 //!
-//! Output: one line per orphan, tab-separated: kind, name, ID, the Service it was made for, why.
-//! Exit code: 0 when the listing (and every deletion) succeeded, 1 otherwise.
+//! What every provider's `orphans` does is [`k8s_cloud_provider::orphans`]'s: the Services
+//! listed before and after the cloud's resources, deadlines for the listing and the prompt,
+//! the Services listed again before each deletion.
+//!
+//! Output: a table (`--output=tsv`: one tab-separated line per orphan: kind, name, ID, the
+//! Service it was made for, why). Exit code: 0 when the listing (and every deletion)
+//! succeeded, 1 otherwise.
 
-use std::{io::Write, process::ExitCode};
+use std::{process::ExitCode, sync::Arc};
 
-use clap::{ArgAction, Args, FromArgMatches};
-use k8s_cloud_provider::app::{ClusterAccessFlags, ProviderCommand};
+use clap::{Args, FromArgMatches};
+use k8s_cloud_provider::{
+    app::{ClusterAccessFlags, ProviderCommand},
+    orphans::{OrphanFinder, OrphanRow, OrphansRunFlags},
+};
+use k8s_legacy_cloud_provider_openstack::{OpenStackCloud, orphans::Orphan};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::{Api, api::ListParams};
 
@@ -29,12 +38,9 @@ pub struct OrphansFlags {
     /// kube_service_<cluster>_<namespace>_<name>).
     #[arg(long = "cluster-name", default_value = "kubernetes")]
     pub cluster_name: String,
-    /// Delete the orphans (asks for confirmation on the terminal unless --yes).
-    #[arg(long = "delete", action = ArgAction::SetTrue)]
-    pub delete: bool,
-    /// Do not ask before deleting.
-    #[arg(long = "yes", short = 'y', action = ArgAction::SetTrue)]
-    pub yes: bool,
+    /// Deleting, prompting, deadlines, output.
+    #[command(flatten)]
+    pub run: OrphansRunFlags,
 }
 
 /// The command as the OpenStack binary registers it.
@@ -65,82 +71,72 @@ async fn run(matches: clap::ArgMatches) -> ExitCode {
     }
 }
 
+/// The OpenStack side of `orphans`.
+struct OpenStackOrphans {
+    cloud: Arc<OpenStackCloud>,
+    client: kube::Client,
+    cluster: String,
+}
+
+#[k8s_cloud_provider::async_trait]
+impl OrphanFinder for OpenStackOrphans {
+    type Orphan = Orphan;
+
+    fn row(&self, o: &Orphan) -> OrphanRow {
+        OrphanRow::new(o.kind.to_string(), &o.name, &o.id, &o.owner, &o.reason)
+    }
+
+    fn plan_step(&self, o: &Orphan) -> String {
+        format!(
+            "read it again, check no Service wants it, delete the {} (as the Service's deletion would)",
+            o.kind
+        )
+    }
+
+    fn nothing_found(&self) -> String {
+        format!(
+            "No orphans: every load balancer, floating IP and security group cluster {:?} made is wanted by a Service.",
+            self.cluster
+        )
+    }
+
+    async fn verify_cluster(&self) -> Result<String, String> {
+        // The kubeconfig's cluster is one of the cloud config's project (its Nodes' servers are
+        // there).
+        let nodes = Api::<Node>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .map_err(|e| format!("listing the cluster's Nodes (nothing is deleted without them): {e}"))?;
+        self.cloud.verify_cluster(&nodes).await.map_err(|e| e.to_string())
+    }
+
+    async fn find(&self, services: &[Service]) -> Result<Vec<Orphan>, String> {
+        // In the listing's order: floating IPs, load balancers, then security groups (as a
+        // Service's deletion).
+        self.cloud
+            .orphans(&self.cluster, services)
+            .await
+            .map_err(|e| format!("listing cloud resources: {e}"))
+    }
+
+    async fn delete(&self, o: &Orphan, services: &[Service]) -> Result<(), String> {
+        self.cloud
+            .delete_orphan(&self.cluster, services, o)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
 async fn orphans(flags: &OrphansFlags) -> Result<bool, String> {
     let client = flags
         .access
         .kube_client("cloud-controller-manager-openstack/orphans")
         .await?;
-    let cloud = super::openstack_cloud(flags.access.cloud_config_bytes()?).await?;
-    let services = || async {
-        Api::<Service>::all(client.clone())
-            .list(&ListParams::default())
-            .await
-            .map(|l| l.items)
-            .map_err(|e| {
-                format!("listing the cluster's Services (nothing is listed or deleted without them): {e}")
-            })
+    let finder = OpenStackOrphans {
+        cloud: super::openstack_cloud(flags.access.cloud_config_bytes()?).await?,
+        client: client.clone(),
+        cluster: flags.cluster_name.clone(),
     };
-    if flags.delete {
-        // Before anything is listed for deletion: the kubeconfig's cluster is one of the cloud
-        // config's project (its Nodes' servers are there).
-        let nodes = Api::<Node>::all(client.clone())
-            .list(&ListParams::default())
-            .await
-            .map(|l| l.items)
-            .map_err(|e| format!("listing the cluster's Nodes (nothing is deleted without them): {e}"))?;
-        let checked = cloud.verify_cluster(&nodes).await.map_err(|e| e.to_string())?;
-        println!("Same cluster: {checked}.");
-    }
-    let cluster = &flags.cluster_name;
-    let found = cloud
-        .orphans(cluster, &services().await?)
-        .await
-        .map_err(|e| format!("listing cloud resources: {e}"))?;
-    if found.is_empty() {
-        println!(
-            "No orphans: every load balancer, floating IP and security group cluster {cluster:?} made is wanted by a Service."
-        );
-        return Ok(true);
-    }
-    for o in &found {
-        println!("{}\t{}\t{}\t{}\t{}", o.kind, o.name, o.id, o.owner, o.reason);
-    }
-    if !flags.delete {
-        println!(
-            "{} orphan(s). Run again with --delete to delete them.",
-            found.len()
-        );
-        return Ok(true);
-    }
-    if !flags.yes {
-        print!("Delete these {} resources? [y/N] ", found.len());
-        let _ = std::io::stdout().flush();
-        let mut answer = String::new();
-        std::io::stdin()
-            .read_line(&mut answer)
-            .map_err(|e| format!("reading the confirmation: {e}"))?;
-        if !matches!(answer.trim(), "y" | "Y" | "yes") {
-            println!("Nothing deleted.");
-            return Ok(true);
-        }
-    }
-    let mut ok = true;
-    // In the listing's order: floating IPs, load balancers, then security groups (as a Service's deletion).
-    for o in &found {
-        let result = match services().await {
-            Ok(now) => cloud
-                .delete_orphan(cluster, &now, o)
-                .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok(()) => println!("deleted {} {} ({})", o.kind, o.name, o.id),
-            Err(e) => {
-                ok = false;
-                println!("FAILED to delete {} {} ({}): {e}", o.kind, o.name, o.id);
-            }
-        }
-    }
-    Ok(ok)
+    k8s_cloud_provider::orphans::run(&finder, &client, &flags.run).await
 }
