@@ -135,8 +135,10 @@ async fn sample_provider_from_the_registry_initialises_and_deletes_nodes() -> Re
             "--cloud-provider=sample".into(),
             format!("--cloud-config={}", cloud_config.display()),
             "--leader-elect=false".into(),
-            "--controllers=cloud-node,cloud-node-lifecycle,service".into(),
+            "--controllers=cloud-node,cloud-node-lifecycle,service,pool-usage".into(),
             "--node-monitor-period=1s".into(),
+            "--pool-usage-interval=1s".into(),
+            "--sample-api-timeout=5s".into(),
         ],
         &[],
     )?;
@@ -253,6 +255,31 @@ async fn sample_provider_from_the_registry_initialises_and_deletes_nodes() -> Re
     println!(
         "load balancers: lb-1 192.0.2.10, lb-2 192.0.2.11, lb-3 waited and took 192.0.2.10; lb-external left alone"
     );
+    // The sample's own controller reports the pool's use (lb-2 and lb-3 hold its two).
+    wait_for("sample_address_pool_held 2", Duration::from_secs(30), || async {
+        let metrics = ccm.metrics().await.ok()?;
+        metrics
+            .lines()
+            .any(|l| l.trim() == "sample_address_pool_held 2")
+            .then_some(())
+    })
+    .await
+    .with_context(|| ccm.log())?;
+    assert!(
+        ccm.log().contains("Started \"pool-usage\""),
+        "the provider's controller runs as the framework's do"
+    );
+    // Its flags and the provider's are the command's, in sections of their own.
+    let help = Command::new(&bin).arg("--help").output()?;
+    let help = String::from_utf8_lossy(&help.stdout);
+    for wanted in [
+        "Sample provider flags",
+        "--sample-api-timeout",
+        "Pool usage controller flags",
+        "--pool-usage-interval",
+    ] {
+        assert!(help.contains(wanted), "{wanted} in --help:\n{help}");
+    }
 
     // The credentials rotate (the Secret gets a new token, the cloud drops the old one), and
     // node-b's machine leaves the cloud: the provider reads the Secret again when refused,

@@ -78,6 +78,11 @@ impl AddressPool {
         }
     }
 
+    /// How many addresses Services hold.
+    pub fn held(&self) -> usize {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     fn contains(&self, a: Ipv4Addr) -> bool {
         self.first <= a && a <= self.last
     }

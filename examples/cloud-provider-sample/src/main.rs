@@ -5,6 +5,7 @@
 mod config;
 mod credentials;
 mod loadbalancer;
+mod pool_usage;
 mod provider;
 
 fn main() -> std::process::ExitCode {

@@ -15,15 +15,18 @@
 //! `token`, when present, is what a real cloud's API checks: the provider must present it,
 //! from the Secret named by `[Global] credentials-secret` (see [`crate::credentials`]).
 
-use std::{path::PathBuf, sync::Arc};
+use std::{path::PathBuf, time::Duration};
 
 use k8s_cloud_provider::{
     CloudError, CloudProvider, CloudResult, InitContext, InstanceMetadata, InstancesV2,
     LoadBalancer,
-    app::ProviderSpec,
+    app::{FactoryContext, ProviderSpec},
     async_trait,
-    k8s_controller_manager::metrics::{Metrics, prometheus::IntCounter},
-    registry::Factory,
+    error::BoxError,
+    k8s_controller_manager::metrics::{
+        Metrics,
+        prometheus::{IntCounter, IntGauge},
+    },
 };
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use serde::Deserialize;
@@ -33,26 +36,39 @@ use crate::{config::CloudConfig, credentials::Credentials, loadbalancer::Address
 /// The provider's name: `--cloud-provider=sample`, provider IDs `sample://<machine id>`.
 pub const PROVIDER_NAME: &str = "sample";
 
-/// What `cloud-controller-manager-sample` runs: the provider's name and its factory. Every
-/// controller is on by default; the node route controller has nothing to do (no `Routes`) and
-/// says so at start.
-pub fn provider_spec() -> ProviderSpec {
-    ProviderSpec::new(PROVIDER_NAME, factory())
+/// The sample's own flags: added to the command's (`--help` lists them under their heading),
+/// read by the factory from its [`FactoryContext`].
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Sample provider flags")]
+pub struct SampleFlags {
+    /// How long one call to the cloud (a read of the inventory) may take (a Go duration, e.g.
+    /// 10s); a call that takes longer fails and is retried by the controller that made it.
+    #[arg(long = "sample-api-timeout", default_value = "10s", value_parser = parse_duration)]
+    pub api_timeout: Duration,
 }
 
-/// Builds the provider from the `--cloud-config` file's contents (checked before the command
-/// connects anywhere: a bad file stops it with the line and value at fault).
-fn factory() -> Factory {
-    Arc::new(|bytes: Option<Vec<u8>>| {
-        Box::pin(async move {
-            let bytes = bytes.ok_or(
-                "the sample provider needs --cloud-config (a gcfg file naming the inventory)",
-            )?;
-            let text = String::from_utf8(bytes).map_err(|_| "--cloud-config: not UTF-8 text")?;
-            let config = CloudConfig::parse(&text)?;
-            Ok(Arc::new(SampleCloud::new(config)) as Arc<dyn CloudProvider>)
-        })
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    k8s_cloud_provider::k8s_controller_manager::duration::parse_go_duration(s)
+}
+
+/// What `cloud-controller-manager-sample` runs: the provider's name, its factory (a closure
+/// given the cloud config and the sample's own flags), its flags, and a controller of its own
+/// ([`crate::pool_usage`]). Every built-in controller is on by default; the node route
+/// controller has nothing to do (no `Routes`) and says so at start.
+pub fn provider_spec() -> ProviderSpec {
+    ProviderSpec::new(PROVIDER_NAME, |ctx: FactoryContext| async move {
+        // Checked before the command connects anywhere: a bad file or flag stops it with the
+        // line, flag and value at fault.
+        let flags: SampleFlags = ctx.flags()?;
+        let bytes = ctx
+            .config
+            .ok_or("the sample provider needs --cloud-config (a gcfg file naming the inventory)")?;
+        let text = String::from_utf8(bytes).map_err(|_| "--cloud-config: not UTF-8 text")?;
+        let config = CloudConfig::parse(&text)?;
+        Ok::<_, BoxError>(SampleCloud::new(config, flags.api_timeout))
     })
+    .with_flags(<SampleFlags as clap::Args>::augment_args)
+    .with_controller(crate::pool_usage::provider_controller())
 }
 
 #[derive(Deserialize)]
@@ -90,28 +106,38 @@ enum State {
 /// The sample cloud: [`InstancesV2`] (zone and region included, so no `Zones`: the node
 /// controllers use only `InstancesV2` when a provider has it) and, with an address pool,
 /// [`LoadBalancer`].
-struct SampleCloud {
+pub(crate) struct SampleCloud {
     inventory: PathBuf,
+    api_timeout: Duration,
     credentials: Credentials,
-    load_balancers: Option<AddressPool>,
+    pub(crate) load_balancers: Option<AddressPool>,
     /// `sample_inventory_reads_total`: a provider's own metric, served on `/metrics`.
     reads: IntCounter,
+    /// `sample_address_pool_held`: set by the sample's own controller ([`crate::pool_usage`]).
+    pub(crate) pool_held: IntGauge,
 }
 
 impl SampleCloud {
-    fn new(config: CloudConfig) -> Self {
+    fn new(config: CloudConfig, api_timeout: Duration) -> Self {
         let reads = IntCounter::new(
             "sample_inventory_reads_total",
             "Reads of the machine inventory file.",
         )
         .expect("a valid metric name");
+        let pool_held = IntGauge::new(
+            "sample_address_pool_held",
+            "Addresses of the load-balancer address pool held by Services.",
+        )
+        .expect("a valid metric name");
         Self {
             inventory: config.inventory,
+            api_timeout,
             credentials: Credentials::new(config.credentials_secret),
             load_balancers: config
                 .address_pool
                 .map(|(first, last)| AddressPool::new(first, last)),
             reads,
+            pool_held,
         }
     }
 
@@ -121,8 +147,11 @@ impl SampleCloud {
     async fn inventory(&self) -> CloudResult<Inventory> {
         self.reads.inc();
         let at = || format!("inventory {}", self.inventory.display());
-        let bytes = tokio::fs::read(&self.inventory)
+        let bytes = tokio::time::timeout(self.api_timeout, tokio::fs::read(&self.inventory))
             .await
+            .map_err(|_| {
+                CloudError::msg(format!("{}: no answer within --sample-api-timeout", at()))
+            })?
             .map_err(|e| CloudError::wrap(at(), e))?;
         let inventory: Inventory =
             serde_json::from_slice(&bytes).map_err(|e| CloudError::wrap(at(), e))?;
@@ -182,6 +211,7 @@ impl CloudProvider for SampleCloud {
 
     fn register_metrics(&self, metrics: &Metrics) {
         metrics.register(Box::new(self.reads.clone()));
+        metrics.register(Box::new(self.pool_held.clone()));
     }
 
     fn instances_v2(&self) -> Option<&dyn InstancesV2> {

@@ -39,6 +39,7 @@
 
 mod access;
 mod clients;
+pub mod factory;
 pub mod feature_gates;
 mod leader;
 pub mod options;
@@ -68,6 +69,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 pub use access::ClusterAccessFlags;
+pub use factory::{ContextFactory, FactoryContext, IntoFactory};
 pub use options::{Options, ValidatedOptions};
 pub use running::{INFORMER_FAIL_AFTER, INFORMER_UNREADY_AFTER};
 
@@ -81,17 +83,25 @@ use crate::{
     cloud::{CloudProvider, InitContext},
     controllers::{self, ControllerContext, ControllersConfig, start_controller},
     dry_run::AuditedCloud,
-    registry::{Factory, read_config},
+    error::BoxError,
+    registry::read_config,
 };
 
 /// The provider a binary links: its name (the `--cloud-provider` default), factory, and the
-/// controllers it keeps off unless named in `--controllers`.
+/// controllers it keeps off unless named in `--controllers` (`#[non_exhaustive]`: built with
+/// [`ProviderSpec::new`] and the `with_*` methods; fields may be added in a minor release).
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ProviderSpec {
     /// Provider name (`aws`, `vsphere`, …).
     pub name: String,
-    /// Builds the provider from the cloud-config file.
-    pub factory: Factory,
+    /// Builds the provider from its [`FactoryContext`] (the cloud config, the cluster name,
+    /// the provider's flags, a Kubernetes client builder).
+    pub factory: ContextFactory,
+    /// The provider's own flags, added to the command (usually `<Flags as
+    /// clap::Args>::augment_args` of a derive with `#[command(next_help_heading = "…")]`); the
+    /// factory reads them with [`FactoryContext::flags`].
+    pub flags: Vec<fn(clap::Command) -> clap::Command>,
     /// Canonical controller names off by default.
     pub disabled_by_default: Vec<String>,
     /// When the route controller is on only by default (`*`) and `--cluster-cidr` is not set,
@@ -101,8 +111,12 @@ pub struct ProviderSpec {
     /// Stop (gracefully, then exit 1 so that the pod restarts) when the `--cloud-config` file
     /// changes, as cloud-provider-vsphere does: the provider reads its file once.
     pub restart_on_config_change: bool,
-    /// Controllers the provider adds to the framework's four, in start order (after them).
+    /// Controllers the provider adds to the framework's four, in start order (after them), and
+    /// those that replace one of the four ([`ProviderSpec::replaces`]).
     pub controllers: Vec<ProviderController>,
+    /// Canonical names of the built-in controllers the provider's controllers of the same name
+    /// replace ([`ProviderSpec::replace_controller`]).
+    pub replaces: Vec<&'static str>,
     /// Commands of the binary besides running the controllers (`<binary> <command> …`).
     pub commands: Vec<ProviderCommand>,
 }
@@ -133,18 +147,37 @@ impl std::fmt::Debug for ProviderCommand {
 /// Starts a configured [`ProviderController`]: spawns it on the shared context, or says why it
 /// is skipped (logged as "Skipping").
 pub type ProviderControllerStart =
-    Arc<dyn Fn(ControllerContext) -> Result<tokio::task::JoinHandle<()>, String> + Send + Sync>;
+    Arc<dyn Fn(ControllerContext) -> Result<tokio::task::JoinHandle<()>, BoxError> + Send + Sync>;
+
+/// Reads a [`ProviderController`]'s flags from the parsed command line and returns how to start
+/// it (see [`ProviderController::configure`]).
+pub type ProviderControllerConfigure =
+    Arc<dyn Fn(&clap::ArgMatches) -> Result<ProviderControllerStart, BoxError> + Send + Sync>;
 
 /// A controller a provider adds to the cloud controllers — what upstream's provider `main`
 /// does by adding an entry to `controllerInitializers`, an alias, a flag set and (for
-/// cloud-provider-aws's tagging controller) a place in `ControllersDisabledByDefault`.
+/// cloud-provider-aws's tagging controller) a place in `ControllersDisabledByDefault` — or one
+/// that replaces a built-in controller ([`ProviderSpec::replace_controller`]).
 ///
 /// It is then one of the command's controllers in every respect: `--controllers` (name and
 /// aliases, `*` when on by default), its own `--help` section, per-controller credentials
 /// under [`ProviderController::client_name`], the `running_managed_controllers` metric, a
 /// health check, leader migration (it is never assigned to kube-controller-manager, which
 /// does not know it), and supervision (a panic in its task stops the process).
+///
+/// ```
+/// use k8s_cloud_provider::app::{ProviderController, ProviderControllerStart};
+/// let c = ProviderController::new("firewall", "firewall-controller", |_flags| {
+///     let start: ProviderControllerStart =
+///         std::sync::Arc::new(|_ctx| Ok(tokio::spawn(async { /* reconcile until aborted */ })));
+///     Ok(start)
+/// })
+/// .with_aliases(&["fw"])
+/// .enabled_by_default(false);
+/// assert_eq!(c.name, "firewall");
+/// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ProviderController {
     /// Canonical name (`--controllers`, health check, leader migration, metrics label).
     pub name: &'static str,
@@ -161,7 +194,43 @@ pub struct ProviderController {
     /// Reads its flags from the parsed command line and returns how to start it. Called at
     /// start-up, before any connection is made, only when the controller is enabled: an `Err`
     /// (naming the flag and its value) stops the command like any invalid flag.
-    pub configure: fn(&clap::ArgMatches) -> Result<ProviderControllerStart, String>,
+    pub configure: ProviderControllerConfigure,
+}
+
+impl ProviderController {
+    /// A controller on by default, without aliases or flags, configured (and started) by
+    /// `configure`.
+    pub fn new<F>(name: &'static str, client_name: &'static str, configure: F) -> Self
+    where
+        F: Fn(&clap::ArgMatches) -> Result<ProviderControllerStart, BoxError> + Send + Sync + 'static,
+    {
+        Self {
+            name,
+            aliases: &[],
+            client_name,
+            enabled_by_default: true,
+            flags: |c| c,
+            configure: Arc::new(configure),
+        }
+    }
+
+    /// Sets [`ProviderController::aliases`].
+    pub fn with_aliases(mut self, aliases: &'static [&'static str]) -> Self {
+        self.aliases = aliases;
+        self
+    }
+
+    /// Sets [`ProviderController::enabled_by_default`].
+    pub fn enabled_by_default(mut self, enabled: bool) -> Self {
+        self.enabled_by_default = enabled;
+        self
+    }
+
+    /// Sets [`ProviderController::flags`].
+    pub fn with_flags(mut self, flags: fn(clap::Command) -> clap::Command) -> Self {
+        self.flags = flags;
+        self
+    }
 }
 
 impl std::fmt::Debug for ProviderController {
@@ -184,17 +253,27 @@ impl std::fmt::Debug for ProviderSpec {
 }
 
 impl ProviderSpec {
-    /// A spec with every controller on by default.
-    pub fn new(name: &str, factory: Factory) -> Self {
+    /// A spec with every controller on by default. The factory is a closure
+    /// `|ctx: FactoryContext| async move { … }` returning `Result<P, E>` for any
+    /// [`CloudProvider`] `P` (see [`IntoFactory`]), or a [`crate::registry::Factory`].
+    pub fn new(name: &str, factory: impl IntoFactory) -> Self {
         Self {
             name: name.into(),
-            factory,
+            factory: factory.into_factory(),
+            flags: Vec::new(),
             disabled_by_default: Vec::new(),
             skip_default_route_controller_without_cluster_cidr: false,
             restart_on_config_change: false,
             controllers: Vec::new(),
+            replaces: Vec::new(),
             commands: Vec::new(),
         }
+    }
+
+    /// Adds flags of the provider's own to the command (see [`ProviderSpec::flags`]).
+    pub fn with_flags(mut self, flags: fn(clap::Command) -> clap::Command) -> Self {
+        self.flags.push(flags);
+        self
     }
 
     /// Adds a command of the binary (see [`ProviderCommand`]).
@@ -209,11 +288,48 @@ impl ProviderSpec {
         self
     }
 
-    /// Canonical names of every controller of the command: the framework's four, then the
-    /// provider's, in start order.
+    /// Replaces the built-in controller `builtin` (its canonical name, e.g.
+    /// `service-lb-controller`, or its short name, `service`) with the provider's `controller`,
+    /// which takes its place in every respect: its canonical name, its `--controllers` names
+    /// (the built-in's aliases and the controller's own), its start order, its default, its
+    /// leader-migration name and metrics label; the built-in is not started. As a Go provider
+    /// that puts its own constructor under the built-in's key of `controllerInitializers`.
+    /// [`ProviderSpec::check`] refuses a name that is no built-in controller.
+    pub fn replace_controller(mut self, builtin: &str, mut controller: ProviderController) -> Self {
+        match controllers::CONTROLLERS
+            .iter()
+            .find(|c| c.name == builtin || c.legacy_name == builtin)
+        {
+            Some(b) => {
+                controller.name = b.name;
+                self.replaces.push(b.name);
+            }
+            None => {
+                // Kept under its own name; `check` names the mistake.
+                self.replaces
+                    .push(Box::leak(format!("unknown:{builtin}").into_boxed_str()));
+            }
+        }
+        self.controllers.push(controller);
+        self
+    }
+
+    /// Whether `name` is a built-in controller the provider replaces.
+    fn replaced(&self, name: &str) -> bool {
+        self.replaces.iter().any(|r| *r == name)
+    }
+
+    /// Canonical names of every controller of the command: the framework's four (or the
+    /// provider's controllers that replace them, in their places), then the provider's own, in
+    /// start order.
     pub fn controller_names(&self) -> Vec<&'static str> {
         let mut names = controllers::CONTROLLER_NAMES.to_vec();
-        names.extend(self.controllers.iter().map(|c| c.name));
+        names.extend(
+            self.controllers
+                .iter()
+                .map(|c| c.name)
+                .filter(|n| !self.replaced(n)),
+        );
         names
     }
 
@@ -225,6 +341,20 @@ impl ProviderSpec {
     pub fn check(&self) -> Result<(), String> {
         let mut owner: HashMap<&str, &str> = HashMap::new();
         let mut clashes = Vec::new();
+        for r in &self.replaces {
+            if let Some(unknown) = r.strip_prefix("unknown:") {
+                clashes.push(format!(
+                    "{unknown:?} is no built-in controller to replace (built-in: {})",
+                    controllers::CONTROLLER_NAMES.join(", ")
+                ));
+            }
+        }
+        let mut replaced_once = std::collections::HashSet::new();
+        for r in &self.replaces {
+            if !replaced_once.insert(*r) {
+                clashes.push(format!("the built-in controller {r:?} is replaced twice"));
+            }
+        }
         let mut claim = |name: &'static str, controller: &'static str| match owner.insert(name, controller) {
             Some(previous) if previous != controller || name == controller => clashes.push(format!(
                 "{name:?} names both {previous:?} and the provider's {controller:?}"
@@ -239,7 +369,10 @@ impl ProviderSpec {
             }
         }
         for c in &self.controllers {
-            claim(c.name, c.name);
+            // A replacement takes the built-in's names: its canonical name is claimed already.
+            if !self.replaced(c.name) {
+                claim(c.name, c.name);
+            }
             for a in c.aliases {
                 claim(a, c.name);
             }
@@ -354,13 +487,21 @@ pub fn controller_registry(spec: &ProviderSpec) -> ControllerRegistry {
     for c in &controllers::CONTROLLERS {
         let mut aliases = vec![c.legacy_name];
         aliases.extend_from_slice(c.extra_aliases);
+        // A replacement's own aliases join the built-in's.
+        for p in spec
+            .controllers
+            .iter()
+            .filter(|p| p.name == c.name && spec.replaced(c.name))
+        {
+            aliases.extend_from_slice(p.aliases);
+        }
         r.register(
             c.name,
             &aliases,
             !spec.disabled_by_default.iter().any(|d| d == c.name),
         );
     }
-    for c in &spec.controllers {
+    for c in spec.controllers.iter().filter(|c| !spec.replaced(c.name)) {
         r.register(
             c.name,
             c.aliases,
@@ -396,7 +537,7 @@ impl Starters {
                 Ok(start) => {
                     provided.insert(c.name, (c.client_name, start));
                 }
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(e.to_string()),
             }
         }
         if errors.is_empty() {
@@ -408,19 +549,20 @@ impl Starters {
 
     /// Client name of a controller (for per-controller credentials and user agents).
     fn client_name(&self, canonical: &str) -> &'static str {
-        match controllers::controller_spec(canonical) {
-            Some(c) => c.client_name,
-            None => self
-                .provided
-                .get(canonical)
-                .map_or(controllers::node::CLIENT_NAME, |(client, _)| client),
+        match (
+            self.provided.get(canonical),
+            controllers::controller_spec(canonical),
+        ) {
+            (Some((client, _)), _) => client,
+            (None, Some(c)) => c.client_name,
+            (None, None) => controllers::node::CLIENT_NAME,
         }
     }
 
     /// Builds and starts one controller.
     fn start(&self, name: &str, ctx: &ControllerContext) -> Result<tokio::task::JoinHandle<()>, String> {
         match self.provided.get(name) {
-            Some((_, start)) => start(ctx.clone()),
+            Some((_, start)) => start(ctx.clone()).map_err(|e| e.to_string()),
             None => start_controller(name, ctx),
         }
     }
@@ -440,6 +582,9 @@ pub fn command(spec: &ProviderSpec) -> clap::Command {
     // the flag struct's doc comment (written for the code's readers) as the about text: the
     // CCM's own, and each command's registered one, are what `--help` shows.
     let (about, long_about) = (command.get_about().cloned(), command.get_long_about().cloned());
+    for flags in &spec.flags {
+        command = flags(command);
+    }
     for c in &spec.controllers {
         command = (c.flags)(command);
     }
@@ -641,7 +786,7 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
         "cloud-controller-manager",
         dry_run.clone(),
     )?;
-    let (cloud, config_changed) = build_cloud(&validated, &registry, &spec, &shutdown).await?;
+    let (cloud, config_changed) = build_cloud(&validated, &registry, &spec, Some(&config), &shutdown).await?;
     // Every cloud write of the controllers passes here (logged; not made with --dry-run).
     // A lost lease fences them at once (see `LossSignal`).
     let lost = LossSignal::default();
@@ -741,6 +886,7 @@ async fn build_cloud(
     validated: &ValidatedOptions,
     registry: &ControllerRegistry,
     spec: &ProviderSpec,
+    kube_config: Option<&kube::Config>,
     shutdown: &CancellationToken,
 ) -> Result<(Arc<dyn CloudProvider>, Arc<std::sync::atomic::AtomicBool>), AppError> {
     let opts = &validated.options;
@@ -763,7 +909,18 @@ async fn build_cloud(
             shutdown.clone(),
         ));
     }
-    let cloud: Arc<dyn CloudProvider> = (spec.factory)(cloud_config)
+    let mut context = FactoryContext::new(cloud_config)
+        .with_cluster_name(opts.generic.cluster_name.clone())
+        .with_matches(opts.matches.clone());
+    context.config_path = opts.cloud.cloud_config.clone();
+    if let Some(config) = kube_config {
+        context = context.with_kube_config(
+            config.clone(),
+            opts.generic.kube_api_qps,
+            opts.generic.kube_api_burst,
+        );
+    }
+    let cloud: Arc<dyn CloudProvider> = (spec.factory)(context)
         .await
         .map_err(|e| AppError::CloudInit(e.to_string()))?;
     if !cloud.has_cluster_id() {
@@ -823,27 +980,143 @@ mod tests {
         }
     }
 
-    fn no_cloud() -> Factory {
+    fn no_cloud() -> crate::registry::Factory {
         Arc::new(|_| Box::pin(async { Err("no cloud in this test".into()) }))
+    }
+
+    /// A replacement of the service controller takes its place, names, default and start
+    /// order; the built-in is not started; unknown or repeated replacements are refused.
+    #[test]
+    fn a_provider_controller_replaces_a_built_in_one_in_its_place() {
+        let mine = || {
+            ProviderController::new("my-service", "my-service-controller", |_| {
+                let start: ProviderControllerStart = Arc::new(|_| Err("not started in this test".into()));
+                Ok(start)
+            })
+            .with_aliases(&["my-lb"])
+        };
+        let spec = ProviderSpec::new("test", no_cloud())
+            .with_controller(greeter())
+            .replace_controller("service", mine());
+        spec.check().unwrap();
+        let names = spec.controller_names();
+        assert_eq!(
+            names,
+            controllers::CONTROLLER_NAMES
+                .iter()
+                .copied()
+                .chain(["greeter"])
+                .collect::<Vec<_>>()
+        );
+        let registry = controller_registry(&spec);
+        let options = parse_from(&spec, ["ccm", "--controllers=*,-my-lb,greeter", "--greeting=hi"]).unwrap();
+        let validated = options.validate(&registry).unwrap();
+        assert!(
+            !registry.is_enabled(controllers::service::NAME, &validated.controllers),
+            "the replacement answers to its own alias too"
+        );
+        let options = parse_from(&spec, ["ccm"]).unwrap();
+        let validated = options.validate(&registry).unwrap();
+        assert!(
+            registry.is_enabled(controllers::service::NAME, &validated.controllers),
+            "on by default as the built-in"
+        );
+        let starters = Starters::configure(&spec, &validated, &registry).unwrap();
+        assert_eq!(
+            starters.client_name(controllers::service::NAME),
+            "my-service-controller"
+        );
+        assert!(
+            starters.provided.contains_key(controllers::service::NAME),
+            "the provider's is started"
+        );
+
+        let e = ProviderSpec::new("test", no_cloud())
+            .replace_controller("firewall", mine())
+            .check()
+            .unwrap_err();
+        assert!(
+            e.contains("\"firewall\" is no built-in controller to replace"),
+            "{e}"
+        );
+        let e = ProviderSpec::new("test", no_cloud())
+            .replace_controller("service", mine())
+            .replace_controller("service-lb-controller", mine())
+            .check()
+            .unwrap_err();
+        assert!(e.contains("replaced twice"), "{e}");
+    }
+
+    /// The provider's own flags, for the closure factory test.
+    #[derive(Debug, clap::Args)]
+    #[command(next_help_heading = "Mycloud flags")]
+    struct MycloudFlags {
+        /// The region to manage.
+        #[arg(long = "mycloud-region")]
+        region: String,
+    }
+
+    struct Mycloud;
+
+    #[crate::async_trait]
+    impl CloudProvider for Mycloud {
+        fn provider_name(&self) -> &str {
+            "mycloud"
+        }
+    }
+
+    /// A closure factory sees the cloud config, the cluster name and the provider's own flags,
+    /// which `--help` lists and a missing one refuses by name.
+    #[tokio::test]
+    async fn a_closure_factory_gets_the_provider_flags_and_the_cluster_name() {
+        let spec = ProviderSpec::new("mycloud", |ctx: FactoryContext| async move {
+            let flags: MycloudFlags = ctx.flags()?;
+            if flags.region != "eu-1"
+                || ctx.cluster_name != "prod"
+                || ctx.config.as_deref() != Some(&b"x"[..])
+            {
+                return Err(format!("unexpected context: {ctx:?} {flags:?}"));
+            }
+            Ok(Mycloud)
+        })
+        .with_flags(<MycloudFlags as clap::Args>::augment_args);
+        let help = command(&spec).render_long_help().to_string();
+        assert!(help.contains("--mycloud-region"), "{help}");
+        let options = parse_from(&spec, ["ccm", "--mycloud-region=eu-1", "--cluster-name=prod"]).unwrap();
+        let ctx = FactoryContext::new(Some(b"x".to_vec()))
+            .with_cluster_name(options.generic.cluster_name.clone())
+            .with_matches(options.matches.clone());
+        assert!((spec.factory)(ctx.clone()).await.is_ok());
+        let e = parse_from(&spec, ["ccm"]).err().unwrap().to_string();
+        assert!(e.contains("--mycloud-region"), "a required provider flag: {e}");
+        let other = FactoryContext::new(Some(b"x".to_vec()))
+            .with_cluster_name("prod")
+            .with_matches(
+                parse_from(&spec, ["ccm", "--mycloud-region=us-9"])
+                    .unwrap()
+                    .matches,
+            );
+        let e = (spec.factory)(other).await.err().unwrap().to_string();
+        assert!(e.contains("us-9"), "the factory's error: {e}");
+        assert!(
+            ctx.client("x").is_err(),
+            "no Kubernetes configuration in this test"
+        );
     }
 
     /// A provider controller with one flag `--greeting`, which must not be empty.
     fn greeter() -> ProviderController {
-        ProviderController {
-            name: "greeter",
-            aliases: &["hello"],
-            client_name: "greeter-controller",
-            enabled_by_default: false,
-            flags: |c| c.arg(clap::Arg::new("greeting").long("greeting").default_value("")),
-            configure: |m| {
-                let greeting = m.get_one::<String>("greeting").cloned().unwrap_or_default();
-                if greeting.is_empty() {
-                    return Err("--greeting must not be empty".into());
-                }
-                let start: ProviderControllerStart = Arc::new(|_| Err("not started in this test".into()));
-                Ok(start)
-            },
-        }
+        ProviderController::new("greeter", "greeter-controller", |m| {
+            let greeting = m.get_one::<String>("greeting").cloned().unwrap_or_default();
+            if greeting.is_empty() {
+                return Err("--greeting must not be empty".into());
+            }
+            let start: ProviderControllerStart = Arc::new(|_| Err("not started in this test".into()));
+            Ok(start)
+        })
+        .with_aliases(&["hello"])
+        .enabled_by_default(false)
+        .with_flags(|c| c.arg(clap::Arg::new("greeting").long("greeting").default_value("")))
     }
 
     fn configured(args: &[&str]) -> Result<Starters, Vec<String>> {

@@ -71,23 +71,18 @@ pub const NEW_NODE_GRACE_PERIOD: Duration = Duration::from_secs(5 * 60);
 /// The controller as the AWS cloud-controller-manager registers it: off by default, its flags
 /// in their own `--help` section.
 pub fn provider_controller() -> ProviderController {
-    ProviderController {
-        name: NAME,
-        aliases: &[],
-        client_name: CLIENT_NAME,
-        enabled_by_default: false,
-        flags: <TaggingFlags as clap::Args>::augment_args,
-        configure: |matches| {
-            let flags = <TaggingFlags as clap::FromArgMatches>::from_arg_matches(matches)
-                .map_err(|e| format!("tagging controller flags: {e}"))?;
-            let options = flags
-                .validate()
-                .map_err(|e| format!("tagging controller inputs are not properly set: {}", e.join("; ")))?;
-            let start: ProviderControllerStart =
-                Arc::new(move |ctx| Ok(tokio::spawn(TaggingController::new(ctx, options.clone())?.run())));
-            Ok(start)
-        },
-    }
+    ProviderController::new(NAME, CLIENT_NAME, |matches| {
+        let flags = <TaggingFlags as clap::FromArgMatches>::from_arg_matches(matches)
+            .map_err(|e| format!("tagging controller flags: {e}"))?;
+        let options = flags
+            .validate()
+            .map_err(|e| format!("tagging controller inputs are not properly set: {}", e.join("; ")))?;
+        let start: ProviderControllerStart =
+            Arc::new(move |ctx| Ok(tokio::spawn(TaggingController::new(ctx, options.clone())?.run())));
+        Ok(start)
+    })
+    .enabled_by_default(false)
+    .with_flags(<TaggingFlags as clap::Args>::augment_args)
 }
 
 /// What to do for a Node.
