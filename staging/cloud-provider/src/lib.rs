@@ -7,10 +7,11 @@
 //! `ImplementedElsewhere`, `Retry`), and run the command with [`app::main`]:
 //!
 //! ```no_run
-//! use std::{process::ExitCode, sync::Arc};
+//! use std::process::ExitCode;
 //!
 //! use k8s_cloud_provider::{
-//!     CloudError, CloudProvider, CloudResult, InstanceMetadata, InstancesV2, app::ProviderSpec,
+//!     CloudError, CloudProvider, CloudResult, InstanceMetadata, InstancesV2,
+//!     app::{FactoryContext, ProviderSpec},
 //! };
 //! use k8s_openapi::api::core::v1::Node;
 //!
@@ -41,11 +42,12 @@
 //! }
 //!
 //! fn main() -> ExitCode {
-//!     // The factory receives the bytes of `--cloud-config` (None without the flag).
-//!     let factory: k8s_cloud_provider::registry::Factory = Arc::new(|_config| {
-//!         Box::pin(async { Ok(Arc::new(MyCloud) as Arc<dyn CloudProvider>) })
-//!     });
-//!     k8s_cloud_provider::app::main(ProviderSpec::new("mycloud", factory))
+//!     // The factory is given the `--cloud-config` file's bytes (None without the flag), the
+//!     // cluster name, the provider's own flags (`ProviderSpec::with_flags`) and a client builder.
+//!     k8s_cloud_provider::app::main(ProviderSpec::new("mycloud", |ctx: FactoryContext| async move {
+//!         let _config = ctx.config; // parse it here; an error stops the command
+//!         Ok::<_, k8s_cloud_provider::error::BoxError>(MyCloud)
+//!     }))
 //! }
 //! ```
 //!
@@ -64,7 +66,8 @@
 //! - [`node::helpers`], [`service::helpers`]: helpers for providers and controllers;
 //! - [`controllers`]: cloud-node, cloud-node-lifecycle, service-lb, node-route;
 //! - [`app`]: the cloud-controller-manager command a provider binary runs;
-//! - [`dry_run`]: the one place cloud writes pass (logged; not made in shadow mode, `--dry-run`).
+//! - [`dry_run`]: the one place cloud writes pass (logged; not made in shadow mode, `--dry-run`);
+//! - [`doctor`] and [`orphans`]: what every provider's `doctor` and `orphans` commands share.
 
 pub mod app;
 pub mod cloud;

@@ -316,7 +316,7 @@ impl ProviderSpec {
 
     /// Whether `name` is a built-in controller the provider replaces.
     fn replaced(&self, name: &str) -> bool {
-        self.replaces.iter().any(|r| *r == name)
+        self.replaces.contains(&name)
     }
 
     /// Canonical names of every controller of the command: the framework's four (or the
