@@ -134,7 +134,7 @@ mkdir -p "$sample/.cargo"
 {
   echo '[patch.crates-io]'
   cargo metadata --no-deps --format-version 1 --offline |
-    jq -r '.packages[] | select(.name == "k8s-cloud-provider" or .name == "k8s-controller-manager")
+    jq -r '.packages[] | select(.name == "k8s-cloud-provider" or .name == "k8s-controller-manager" or .name == "k8s-cloud-provider-testkit")
       | "\(.name) = { version = \"=\(.version)\", registry = \"rcp-test\" }"'
 } > "$sample/.cargo/config.toml"
 # Outside the repository: none of its cargo configuration ([env], toolchain) applies.

@@ -50,12 +50,20 @@ hack/publish-staging.sh --registry rcp-baseline --rev "$commit" --no-verify >"$w
 # The baseline as a workspace of the crates downloaded from the registry.
 mkdir -p "$work/baseline"
 members=()
+checked=()
 for c in "${crates[@]}"; do
+  # A crate the release did not have (new since) has no baseline: nothing to compare.
+  if ! git show "$commit:Cargo.toml" | grep -q "^$c = { path"; then
+    echo "semver-checks: $c is new since $last (not in ${commit:0:12}): no baseline, not compared"
+    continue
+  fi
   curl -sSfL "$registry_api/api/v1/crates/$c/$last/download" -o "$work/$c.crate" ||
     fail "the registry has no $c $last (was it in the release?)"
   tar -xzf "$work/$c.crate" -C "$work/baseline"
   members+=("\"$c-$last\"")
+  checked+=("$c")
 done
+crates=("${checked[@]}")
 printf '[workspace]\nresolver = "3"\nmembers = [%s]\n' "$(IFS=,; echo "${members[*]}")" >"$work/baseline/Cargo.toml"
 
 release_type=()

@@ -8,6 +8,9 @@ mod loadbalancer;
 mod pool_usage;
 mod provider;
 
+#[cfg(test)]
+mod kit_tests;
+
 fn main() -> std::process::ExitCode {
     k8s_cloud_provider::app::main(provider::provider_spec())
 }
