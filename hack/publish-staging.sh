@@ -94,8 +94,6 @@ done
 
 staged=$(hack/staged-crates.sh)
 mapfile -t crates <<<"$staged"
-args=()
-for c in "${crates[@]}"; do args+=(-p "$c"); done
 
 # The tree to publish: a clone of REV (or of HEAD, plus the working tree's uncommitted changes
 # to tracked files).
@@ -121,6 +119,16 @@ if [[ -z "$rev" && $allow_dirty == 1 ]] && ! git diff --quiet HEAD; then
   dirty=(--allow-dirty)
 fi
 cd "$tree"
+# The staged crates of the revision published (an older one may have had fewer).
+if [[ -n "$rev" ]]; then
+  present=()
+  for c in "${crates[@]}"; do
+    grep -qE "^$c = \{ path" Cargo.toml && present+=("$c")
+  done
+  crates=("${present[@]}")
+fi
+args=()
+for c in "${crates[@]}"; do args+=(-p "$c"); done
 
 registry_flag=() index_flag=()
 shown="crates.io"
