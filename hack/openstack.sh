@@ -131,6 +131,10 @@ backend = dogpile.cache.memory
 # revoke their tokens while the CCM logs in again (reproduced here with concurrent log-ins).
 [identity]
 caching = false
+# Role assignments likewise: an application credential made right after its user got a role
+# in the project was refused once ("Could not find role assignment") with a stale entry.
+[assignment]
+caching = false
 EOF
   cat >"$RUN/glance/glance-api.conf" <<EOF
 [DEFAULT]

@@ -242,13 +242,26 @@ async fn keystone_credentials_in_every_form_authenticate() -> Result<()> {
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let credential = project
-        .session
-        .post(
-            &format!("{KEYSTONE}/users/{user_id}/application_credentials"),
-            serde_json::json!({"application_credential": {"name": "ccm"}}),
-        )
-        .await?;
+    // Keystone's workers cache role assignments: one that has not seen the project's new
+    // role yet answers "Could not find role assignment" (seen once in CI); asked again.
+    let mut attempt = 0;
+    let credential = loop {
+        attempt += 1;
+        match project
+            .session
+            .post(
+                &format!("{KEYSTONE}/users/{user_id}/application_credentials"),
+                serde_json::json!({"application_credential": {"name": "ccm"}}),
+            )
+            .await
+        {
+            Err(e) if attempt < 10 && e.to_string().contains("Could not find role assignment") => {
+                eprintln!("application credential, attempt {attempt}: {e}; asking again");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            other => break other?,
+        }
+    };
     let (credential_id, secret) = (
         credential["application_credential"]["id"]
             .as_str()

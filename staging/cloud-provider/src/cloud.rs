@@ -108,6 +108,13 @@ pub trait CloudProvider: std::any::Any + Send + Sync {
         None
     }
 
+    /// The Pod CIDRs the cloud assigns to Nodes, for the node IPAM controller with
+    /// `--cidr-allocator-type=CloudAllocator` ([`crate::controllers::nodeipam`]); `None` (the
+    /// default): the cloud assigns none.
+    fn cidr_allocator(&self) -> Option<&dyn crate::controllers::nodeipam::CloudCidrAllocator> {
+        None
+    }
+
     /// The routes capability, if supported.
     fn routes(&self) -> Option<&dyn Routes> {
         None

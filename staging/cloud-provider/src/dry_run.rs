@@ -154,6 +154,11 @@ impl CloudProvider for AuditedCloud {
     fn has_cluster_id(&self) -> bool {
         self.inner.has_cluster_id()
     }
+
+    fn cidr_allocator(&self) -> Option<&dyn crate::controllers::nodeipam::CloudCidrAllocator> {
+        // Read-only: the controller writes the Nodes, never the cloud.
+        self.inner.cidr_allocator()
+    }
 }
 
 impl AuditedCloud {

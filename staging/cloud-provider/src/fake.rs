@@ -45,6 +45,8 @@ pub struct FakeInstance {
     pub additional_labels: BTreeMap<String, String>,
     /// Whether it is shut down.
     pub shutdown: bool,
+    /// The Pod CIDRs the cloud assigned to it (for `--cidr-allocator-type=CloudAllocator`).
+    pub pod_cidrs: Vec<String>,
 }
 
 impl FakeInstance {
@@ -314,6 +316,18 @@ impl FakeCloud {
 }
 
 #[async_trait]
+impl crate::controllers::nodeipam::CloudCidrAllocator for FakeCloud {
+    async fn node_pod_cidrs(&self, node: &Node) -> CloudResult<Vec<ipnet::IpNet>> {
+        self.call("NodePodCIDRs", node.metadata.name.clone().unwrap_or_default())
+            .await?;
+        Ok(self
+            .find_node(node)
+            .map(|i| i.pod_cidrs.iter().filter_map(|c| c.parse().ok()).collect())
+            .unwrap_or_default())
+    }
+}
+
+#[async_trait]
 impl CloudProvider for FakeCloud {
     fn provider_name(&self) -> &str {
         &self.name
@@ -329,6 +343,9 @@ impl CloudProvider for FakeCloud {
     }
     fn zones(&self) -> Option<&dyn Zones> {
         self.enable_instances.then_some(self as &dyn Zones)
+    }
+    fn cidr_allocator(&self) -> Option<&dyn crate::controllers::nodeipam::CloudCidrAllocator> {
+        Some(self)
     }
     fn routes(&self) -> Option<&dyn Routes> {
         self.enable_routes.then_some(self as &dyn Routes)
@@ -600,6 +617,9 @@ pub struct FakeConfigInstance {
     /// Addresses.
     #[serde(default)]
     pub addresses: Vec<NodeAddress>,
+    /// The Pod CIDRs the cloud assigned (`podCIDRs`).
+    #[serde(default, rename = "podCIDRs")]
+    pub pod_cidrs: Vec<String>,
 }
 
 /// A registry factory building a [`FakeCloud`] from a [`FakeConfig`] JSON file (no file ⇒ no
@@ -623,6 +643,7 @@ pub fn factory() -> crate::registry::Factory {
                         zone: i.zone,
                         region: i.region,
                         addresses: i.addresses,
+                        pod_cidrs: i.pod_cidrs,
                         ..Default::default()
                     },
                 );

@@ -38,7 +38,11 @@ fn main() -> std::process::ExitCode {
             })
         }
     };
-    k8s_cloud_provider::app::main(ProviderSpec::new("fake", factory))
+    // The node IPAM controller, as a provider offers it (off unless named in --controllers).
+    k8s_cloud_provider::app::main(
+        ProviderSpec::new("fake", factory)
+            .with_controller(k8s_cloud_provider::controllers::nodeipam::provider_controller()),
+    )
 }
 
 /// The fake cloud, its writes logged to the shared file.

@@ -241,13 +241,18 @@ impl Env {
     pub async fn delete_service(&self, name: &str) -> Result<()> {
         self.services.delete(name, &DeleteParams::default()).await?;
         let lb_name = format!("kube_service_kubernetes_default_{name}");
-        wait_for(&format!("{name} and its load balancer gone"), T, || async {
+        let gone = wait_for(&format!("{name} and its load balancer gone"), T, || async {
             let svc = self.services.get_opt(name).await.ok()?;
             let lbs = self.project.load_balancers(&lb_name).await.ok()?;
             (svc.is_none() && lbs.is_empty()).then_some(())
         })
-        .await
-        .inspect_err(|_| eprintln!("{}", self.ccm.log()))
+        .await;
+        if gone.is_err() {
+            // Where it stalled: Octavia's states and log first, then the CCM's.
+            eprintln!("{}", self.octavia_state().await);
+            eprintln!("{}", self.ccm.log());
+        }
+        gone
     }
 
     /// The floating IP `id` as neutron has it.

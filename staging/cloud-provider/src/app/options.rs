@@ -116,7 +116,8 @@ pub struct GenericFlags {
     #[arg(long = "allocate-node-cidrs", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
           require_equals = true, default_missing_value = "true", value_parser = go_bool)]
     pub allocate_node_cidrs: bool,
-    /// Type of CIDR allocator to use (node IPAM is not part of this controller manager; accepted for compatibility).
+    /// Type of CIDR allocator to use: RangeAllocator or CloudAllocator (used by the node IPAM
+    /// controller when the provider offers it; accepted otherwise for compatibility).
     #[arg(long = "cidr-allocator-type", default_value = "RangeAllocator")]
     pub cidr_allocator_type: String,
     /// Should CIDRs allocated by allocate-node-cidrs be configured on the cloud provider.

@@ -7,11 +7,15 @@
 //! | service-lb | [`service`] | `service-lb-controller` (`service`) |
 //! | node-route | [`route`] | `node-route-controller` (`route`) |
 //!
+//! and one a provider may add ([`nodeipam`], `node-ipam-controller` (`nodeipam`): Pod CIDRs
+//! for Nodes with `--allocate-node-cidrs`).
+//!
 //! Every controller reads Nodes and Services from the shared informers of
 //! [`ControllerContext`], writes through its own client, records events under its upstream
 //! component name, and stops when the context's shutdown token is cancelled.
 
 pub mod node;
+pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod route;
 pub mod service;

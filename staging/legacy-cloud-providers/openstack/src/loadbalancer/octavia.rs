@@ -241,6 +241,9 @@ impl OpenStackCloud {
     pub(super) async fn wait_settled(&self, id: &str) -> CloudResult<Option<OctaviaLoadBalancer>> {
         let start = Instant::now();
         let mut delay = Duration::from_millis(200);
+        // A wait that lasts is said, every 30 s, with the state it is in: an Octavia whose
+        // worker does not move a load balancer on is then visible in the CCM's log.
+        let mut next_report = Duration::from_secs(30);
         loop {
             let path = format!("{LBAAS}/loadbalancers/{id}");
             match self
@@ -250,7 +253,18 @@ impl OpenStackCloud {
             {
                 Ok(lb) if lb.provisioning_status == "DELETED" => return Ok(None),
                 Ok(lb) if !lb.provisioning_status.starts_with("PENDING_") => return Ok(Some(lb)),
-                Ok(_) => {}
+                Ok(lb) => {
+                    if start.elapsed() >= next_report {
+                        tracing::info!(
+                            lb = id,
+                            provisioning_status = %lb.provisioning_status,
+                            waited_s = start.elapsed().as_secs(),
+                            limit_s = self.lb_wait.as_secs(),
+                            "still waiting for the Octavia load balancer to leave its PENDING state"
+                        );
+                        next_report += Duration::from_secs(30);
+                    }
+                }
                 Err(e) if e.is_not_found() => return Ok(None),
                 Err(e) => return Err(cloud_error(format!("reading load balancer {id}"), e)),
             }
