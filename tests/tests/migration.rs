@@ -270,12 +270,12 @@ fn migration_config_errors_stop_the_start_with_a_reason() -> Result<()> {
 
 #[tokio::test]
 async fn a_config_naming_the_other_components_controllers_starts_with_a_warning() -> Result<()> {
-    // One file for both components: kube-controller-manager's `nodeipam` means nothing here.
+    // One file for both components: kube-controller-manager's `csrsigning` means nothing here.
     let cluster = TestCluster::start().await?;
     let config = cluster.dir().join("shared-migration.yaml");
     std::fs::write(
         &config,
-        "kind: LeaderMigrationConfiguration\napiVersion: controllermanager.config.k8s.io/v1\nleaderName: cloud-provider-extraction-migration\ncontrollerLeaders:\n  - name: route\n    component: \"*\"\n  - name: service\n    component: \"*\"\n  - name: cloud-node-lifecycle\n    component: \"*\"\n  - name: nodeipam\n    component: kube-controller-manager\n",
+        "kind: LeaderMigrationConfiguration\napiVersion: controllermanager.config.k8s.io/v1\nleaderName: cloud-provider-extraction-migration\ncontrollerLeaders:\n  - name: route\n    component: \"*\"\n  - name: service\n    component: \"*\"\n  - name: cloud-node-lifecycle\n    component: \"*\"\n  - name: csrsigning\n    component: kube-controller-manager\n",
     )?;
     let ccm = start_ccm_with(&cluster, "ccm-shared-config", &config)?;
     wait_for(
@@ -286,7 +286,7 @@ async fn a_config_naming_the_other_components_controllers_starts_with_a_warning(
     .await?;
     assert!(
         ccm.log()
-            .contains("\"nodeipam\" is not a controller of this component"),
+            .contains("\"csrsigning\" is not a controller of this component"),
         "the unknown entry is logged"
     );
     Ok(())

@@ -43,6 +43,22 @@ fn pod_cidrs(n: &Node) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Every Node's name and resource version.
+async fn versions(nodes: &Api<Node>) -> Result<Vec<(String, Option<String>)>> {
+    Ok(nodes
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .map(|n| {
+            (
+                n.metadata.name.clone().unwrap_or_default(),
+                n.metadata.resource_version.clone(),
+            )
+        })
+        .collect())
+}
+
 /// Starts the fake CCM running only the node IPAM controller, with `args`.
 fn start(cluster: &TestCluster, name: &str, config: &str, args: &[&str]) -> Result<CcmProcess> {
     let file = cluster.dir().join(format!("{name}.json"));
@@ -130,36 +146,14 @@ async fn dual_stack_pod_cidrs_are_allocated_kept_and_given_again() -> Result<()>
 
     // A restart rewrites nothing: every Node keeps its resource version.
     drop(ccm);
-    let before: Vec<(String, Option<String>)> = nodes
-        .list(&Default::default())
-        .await?
-        .items
-        .iter()
-        .map(|n| {
-            (
-                n.metadata.name.clone().unwrap_or_default(),
-                n.metadata.resource_version.clone(),
-            )
-        })
-        .collect();
+    let before = versions(&nodes).await?;
     let ccm = start(&cluster, "ccm-ipam-2", "{}", &args)?;
     wait_for("the controller's first pass", T, || async {
         ccm.log().contains("allocating Pod CIDRs to Nodes").then_some(())
     })
     .await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let after: Vec<(String, Option<String>)> = nodes
-        .list(&Default::default())
-        .await?
-        .items
-        .iter()
-        .map(|n| {
-            (
-                n.metadata.name.clone().unwrap_or_default(),
-                n.metadata.resource_version.clone(),
-            )
-        })
-        .collect();
+    let after = versions(&nodes).await?;
     assert_eq!(after, before, "no Node written after the restart\n{}", ccm.log());
     println!(
         "node IPAM: node-a {node_a:?} given to node-c after node-a's deletion; nothing rewritten after a restart"

@@ -41,12 +41,7 @@
 //! Differences from upstream: the `--requestheader-*` front-proxy authentication is not
 //! implemented (requests carrying `X-Remote-User` are treated like any other).
 
-use std::{
-    collections::BTreeMap,
-    net::IpAddr,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeMap, net::IpAddr, sync::Arc, time::Duration};
 
 use k8s_openapi::api::{
     authentication::v1::TokenReview,
@@ -56,8 +51,15 @@ use k8s_openapi::api::{
 use kube::{Api, Client, api::PostParams};
 use parking_lot::Mutex;
 use rustls::pki_types::CertificateDer;
-use sha2::{Digest, Sha256};
 use tracing::{debug, warn};
+
+mod limits;
+
+pub use limits::{
+    CACHE_CAPACITY, CLIENT_REVIEW_BURST, CLIENT_REVIEW_QPS, RECENTLY_AUTHENTICATED, REVIEW_BURST,
+    REVIEW_MAX_QUEUE_WAIT, REVIEW_QPS, REVIEW_RESERVE, REVIEW_TIMEOUT, client_of,
+};
+use limits::{CacheKey, RateLimiter, TtlCache, key_of, user_key};
 
 /// The user a request was authenticated as.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -244,125 +246,6 @@ impl Refusal {
     }
 }
 
-/// Answers with an expiry each, the least recently used dropped first when
-/// [`CACHE_CAPACITY`] entries are held (a flood of new keys never empties the cache whole).
-struct TtlCache<V> {
-    entries: Mutex<lru::LruCache<CacheKey, (Instant, V)>>,
-}
-
-/// Entries of each decision cache.
-pub const CACHE_CAPACITY: usize = 4096;
-
-type CacheKey = [u8; 32];
-
-impl<V: Clone> TtlCache<V> {
-    fn new() -> Self {
-        Self {
-            entries: Mutex::new(lru::LruCache::new(
-                std::num::NonZeroUsize::new(CACHE_CAPACITY).unwrap_or(std::num::NonZeroUsize::MIN),
-            )),
-        }
-    }
-
-    fn get(&self, key: CacheKey) -> Option<V> {
-        let mut entries = self.entries.lock();
-        match entries.get(&key) {
-            Some((expires, v)) if *expires > Instant::now() => Some(v.clone()),
-            Some(_) => {
-                entries.pop(&key);
-                None
-            }
-            None => None,
-        }
-    }
-
-    fn put(&self, key: CacheKey, value: V, ttl: Duration) {
-        if ttl.is_zero() {
-            return;
-        }
-        self.entries.lock().put(key, (Instant::now() + ttl, value));
-    }
-}
-
-/// Reviews a second each delegated client sends at most (upstream's delegating clients: QPS 200).
-pub const REVIEW_QPS: f64 = 200.0;
-/// Reviews each delegated client may send at once before [`REVIEW_QPS`] applies (upstream: 400).
-pub const REVIEW_BURST: u32 = 400;
-/// Time for one review, waiting for the rate limit included (upstream: 10 s).
-pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest wait for the rate limit before a review is given up (upstream waits up to the whole
-/// [`REVIEW_TIMEOUT`]; a shorter queue keeps a flood of made-up tokens from holding hundreds of
-/// connections open while their reviews wait).
-pub const REVIEW_MAX_QUEUE_WAIT: Duration = Duration::from_secs(1);
-
-/// Reviews one client (an IPv4 address or an IPv6 /64) may cause at once, unless recently
-/// authenticated (see the module docs).
-pub const CLIENT_REVIEW_BURST: u32 = 20;
-/// Reviews a second one client may cause after its burst.
-pub const CLIENT_REVIEW_QPS: f64 = 5.0;
-/// The share of each shared review budget ([`REVIEW_BURST`]) kept for recently authenticated
-/// clients.
-pub const REVIEW_RESERVE: f64 = 0.25;
-/// How long a token that authenticated (and the user it named) counts as recently
-/// authenticated.
-pub const RECENTLY_AUTHENTICATED: Duration = Duration::from_secs(15 * 60);
-
-/// The client a request counts for: an IPv4 address, or the /64 of an IPv6 address.
-pub fn client_of(peer: IpAddr) -> IpAddr {
-    match peer {
-        IpAddr::V4(_) => peer,
-        IpAddr::V6(v6) => {
-            let bits = u128::from(v6) & !((1u128 << 64) - 1);
-            IpAddr::V6(std::net::Ipv6Addr::from(bits))
-        }
-    }
-}
-
-/// The key of a user (name, UID and groups) in the recently-authenticated set.
-fn user_key(user: &UserInfo) -> CacheKey {
-    key_of(format!("user {:?}", (&user.name, &user.uid, &user.groups)).as_bytes())
-}
-
-/// A token bucket (as client-go's rate limiter): `burst` reviews at once, refilled at `qps`.
-struct RateLimiter {
-    qps: f64,
-    burst: f64,
-    /// (tokens, when they were counted); tokens below zero are reservations.
-    state: Mutex<(f64, Instant)>,
-}
-
-impl RateLimiter {
-    fn new(qps: f64, burst: u32) -> Self {
-        let burst = f64::from(burst.max(1));
-        Self {
-            qps: qps.max(f64::MIN_POSITIVE),
-            burst,
-            state: Mutex::new((burst, Instant::now())),
-        }
-    }
-
-    /// Reserves one review: how long to wait before sending it, or `None` (nothing reserved)
-    /// when that would be longer than `max_wait`. The last `floor` tokens are not taken (a
-    /// reserve for other callers).
-    fn reserve(&self, max_wait: Duration, floor: f64) -> Option<Duration> {
-        let mut state = self.state.lock();
-        let now = Instant::now();
-        let refill = now.duration_since(state.1).as_secs_f64() * self.qps;
-        state.0 = (state.0 + refill).min(self.burst);
-        state.1 = now;
-        state.0 -= 1.0;
-        if state.0 >= floor {
-            return Some(Duration::ZERO);
-        }
-        let wait = Duration::from_secs_f64((floor - state.0) / self.qps);
-        if wait > max_wait {
-            state.0 += 1.0;
-            return None;
-        }
-        Some(wait)
-    }
-}
-
 /// Why a review was not answered.
 #[derive(Debug, thiserror::Error)]
 enum ReviewError {
@@ -374,17 +257,6 @@ enum ReviewError {
     Timeout(Duration),
     #[error(transparent)]
     Api(#[from] kube::Error),
-}
-
-/// A cache key: SHA-256 over a per-process random salt and `material`, so that a key neither
-/// reveals a token nor lets two different requests share an answer.
-fn key_of(material: &[u8]) -> CacheKey {
-    static SALT: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
-    let salt = SALT.get_or_init(rand::random);
-    let mut h = Sha256::new();
-    h.update(salt);
-    h.update(material);
-    h.finalize().into()
 }
 
 /// Authenticates and authorizes requests of the secure port. Cheap to clone.
@@ -832,213 +704,4 @@ pub async fn lookup_client_ca(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bearer_tokens_are_read_as_upstream() {
-        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
-        assert_eq!(bearer_token("bearer   abc "), Some("abc"));
-        assert_eq!(bearer_token("Basic dXNlcjpwYXNz"), None);
-        assert_eq!(bearer_token("Bearer "), None);
-        assert_eq!(bearer_token("Bearer"), None);
-    }
-
-    #[test]
-    fn always_allow_paths_are_exact_or_star_prefixes() {
-        assert!(path_matches("/healthz", "/healthz"));
-        assert!(!path_matches("/healthz", "/healthz/ping"));
-        assert!(path_matches("/debug/*", "/debug/pprof"));
-        assert!(!path_matches("/healthz", "/metrics"));
-    }
-
-    #[tokio::test]
-    async fn without_clients_only_always_allowed_paths_and_masters_pass() {
-        let gate = Delegation::new(DelegationOptions::new(None, None));
-        let get = http::Method::GET;
-        // A bearer token is not looked at: anonymous.
-        let anon = gate.authenticate(Some("Bearer t"), None).await.unwrap();
-        assert_eq!(anon, UserInfo::anonymous());
-        assert!(gate.authorize(&anon, &get, "/healthz").await.is_ok());
-        let refused = gate.authorize(&anon, &get, "/metrics").await.unwrap_err();
-        assert_eq!(refused.status(), 403);
-        assert!(
-            refused
-                .body()
-                .contains(r#"forbidden: User \"system:anonymous\" cannot get path \"/metrics\""#),
-            "{}",
-            refused.body()
-        );
-        let master = UserInfo {
-            name: "admin".into(),
-            uid: String::new(),
-            groups: vec!["system:masters".into()],
-            extra: BTreeMap::new(),
-        };
-        assert!(gate.authorize(&master, &get, "/metrics").await.is_ok());
-    }
-
-    #[test]
-    fn client_certificate_user_is_cn_and_groups_are_o() {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "prometheus");
-        params
-            .distinguished_name
-            .push(rcgen::DnType::OrganizationName, "monitoring");
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        let user = UserInfo::from_client_certificate(cert.der()).unwrap();
-        assert_eq!(user.name, "prometheus");
-        assert_eq!(user.groups, vec!["monitoring".to_string()]);
-        // No CN (rcgen's default subject has one: start from an empty one): not a user.
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::OrganizationName, "monitoring");
-        let cert = params.self_signed(&key).unwrap();
-        assert!(UserInfo::from_client_certificate(cert.der()).is_none());
-    }
-
-    #[test]
-    fn refusals_are_meta_v1_status_bodies() {
-        let r = Refusal::Unauthorized;
-        let v: serde_json::Value = serde_json::from_str(&r.body()).unwrap();
-        assert_eq!(v["code"], 401);
-        assert_eq!(v["reason"], "Unauthorized");
-    }
-
-    #[test]
-    fn cache_expires_and_stays_bounded() {
-        let c: TtlCache<bool> = TtlCache::new();
-        c.put(key_of(b"a"), true, Duration::from_millis(20));
-        assert_eq!(c.get(key_of(b"a")), Some(true));
-        assert_eq!(c.get(key_of(b"b")), None);
-        std::thread::sleep(Duration::from_millis(30));
-        assert_eq!(c.get(key_of(b"a")), None);
-        // A key in use stays while a flood of new keys passes through (LRU, not cleared whole).
-        c.put(key_of(b"kept"), true, Duration::from_secs(60));
-        for i in 0..(CACHE_CAPACITY + 10) {
-            c.put(key_of(&i.to_le_bytes()), true, Duration::from_secs(60));
-            if i % 100 == 0 {
-                assert_eq!(c.get(key_of(b"kept")), Some(true));
-            }
-        }
-        assert_eq!(c.entries.lock().len(), CACHE_CAPACITY);
-        assert_eq!(c.get(key_of(b"kept")), Some(true));
-        assert_eq!(
-            c.get(key_of(&0usize.to_le_bytes())),
-            None,
-            "the least recently used went"
-        );
-    }
-
-    /// A flood from one client stops at its own budget; a flood from many uses the shared
-    /// budget down to the reserve, which a recently authenticated client still gets.
-    #[tokio::test]
-    async fn per_client_budgets_and_a_reserve_for_recently_authenticated_clients() {
-        let gate = Delegation::new(DelegationOptions::new(None, None));
-        let limiter = RateLimiter::new(0.001, 400);
-        let t = Duration::from_secs(10);
-        let ok = || async { Ok::<_, kube::Error>(()) };
-        let stranger = |addr: &str| Budget {
-            client: Some(addr.parse().unwrap()),
-            recent: false,
-        };
-        let mut from_one = 0;
-        for _ in 0..100 {
-            if gate
-                .limited(&limiter, stranger("127.0.0.2"), t, ok())
-                .await
-                .is_ok()
-            {
-                from_one += 1;
-            }
-        }
-        assert_eq!(from_one, CLIENT_REVIEW_BURST, "one client: its own burst");
-        // An IPv6 /64 is one client.
-        let mut from_v6 = 0;
-        for i in 0..100 {
-            let b = stranger(&format!("2001:db8::{i:x}"));
-            if gate.limited(&limiter, b, t, ok()).await.is_ok() {
-                from_v6 += 1;
-            }
-        }
-        assert_eq!(from_v6, CLIENT_REVIEW_BURST);
-        // Many clients: the shared budget down to the reserve.
-        let mut from_many = from_one + from_v6;
-        for i in 0..1000 {
-            let b = stranger(&format!("127.1.{}.{}", i / 200, i % 200));
-            if gate.limited(&limiter, b, t, ok()).await.is_ok() {
-                from_many += 1;
-            }
-        }
-        let reserve = (400.0 * REVIEW_RESERVE) as u32;
-        assert_eq!(from_many, 400 - reserve, "strangers stop at the reserve");
-        // A recently authenticated client (from a flooding address, too) gets the reserve.
-        let recent = Budget {
-            client: Some("127.0.0.2".parse().unwrap()),
-            recent: true,
-        };
-        for n in 0..reserve {
-            assert!(
-                gate.limited(&limiter, recent, t, ok()).await.is_ok(),
-                "reserved review {n}"
-            );
-        }
-        assert!(
-            gate.limited(&limiter, recent, t, ok()).await.is_err(),
-            "the reserve is finite too"
-        );
-    }
-
-    #[test]
-    fn a_user_is_recent_once_authenticated() {
-        let gate = Delegation::new(DelegationOptions::new(None, None));
-        let user = UserInfo {
-            name: "system:serviceaccount:monitoring:prometheus".into(),
-            uid: "u1".into(),
-            groups: vec!["system:serviceaccounts".into()],
-            extra: Default::default(),
-        };
-        assert!(gate.inner.recent.get(user_key(&user)).is_none());
-        let token = key_of(b"a token");
-        gate.remember(Some(token), &user);
-        assert!(gate.inner.recent.get(user_key(&user)).is_some());
-        assert!(gate.inner.recent.get(token).is_some());
-        let other = UserInfo {
-            groups: vec!["system:masters".into()],
-            ..user
-        };
-        assert!(
-            gate.inner.recent.get(user_key(&other)).is_none(),
-            "another group set is another user"
-        );
-    }
-
-    #[test]
-    fn reviews_are_limited_to_the_burst_then_the_rate() {
-        let limiter = RateLimiter::new(200.0, 400);
-        let timeout = Duration::from_secs(10);
-        let mut immediate = 0;
-        let mut sent = 0;
-        for _ in 0..5000 {
-            match limiter.reserve(timeout, 0.0) {
-                Some(w) if w.is_zero() => {
-                    immediate += 1;
-                    sent += 1;
-                }
-                Some(w) => {
-                    assert!(w <= timeout);
-                    sent += 1;
-                }
-                None => {}
-            }
-        }
-        assert_eq!(immediate, 400, "the burst goes at once");
-        // Within the 10 s a review may wait: 200 a second more.
-        assert!((2399..=2401).contains(&sent), "{sent}");
-    }
-}
+mod tests;
