@@ -637,8 +637,15 @@ async fn nodes_and_a_load_balancer_converge_under_random_openstack_faults() -> R
     for i in 0..N {
         set_ready(&nodes, &format!("node-{i}"), "Unknown").await?;
     }
-    let watch_until = std::time::Instant::now() + Duration::from_secs(15);
-    while std::time::Instant::now() < watch_until {
+    // At least 15 s, and until the lifecycle controller has made two passes (on a busy machine
+    // a pass under 20 % faults with delays can take longer than 15 s), at most 120 s.
+    let watch_start = std::time::Instant::now();
+    loop {
+        let elapsed = watch_start.elapsed();
+        let passes = ccm.metric_sum(&lifecycle).await - before;
+        if elapsed > Duration::from_secs(120) || (elapsed >= Duration::from_secs(15) && passes >= 2.0) {
+            break;
+        }
         for i in 0..N {
             let n = nodes.get_opt(&format!("node-{i}")).await?;
             let n = n.unwrap_or_else(|| panic!("node-{i} deleted while its server exists"));
@@ -649,6 +656,7 @@ async fn nodes_and_a_load_balancer_converge_under_random_openstack_faults() -> R
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    let watched = watch_start.elapsed();
     let checked = ccm.metric_sum(&lifecycle).await - before;
     let (requests, faulted): (usize, usize) = (
         proxies.iter().map(|p| p.total()).sum(),
@@ -678,12 +686,13 @@ async fn nodes_and_a_load_balancer_converge_under_random_openstack_faults() -> R
     })
     .await?;
     println!(
-        "OpenStack with {:.0} % faults: {N} Nodes initialised and a load balancer with its members in {converged:.1?}; {requests} requests, {faulted} faulted ({by_kind:?}); {checked} lifecycle passes in 15 s, none deleted or tainted; {:.1} requests per lifecycle pass or initialisation",
+        "OpenStack with {:.0} % faults: {N} Nodes initialised and a load balancer with its members in {converged:.1?}; {requests} requests, {faulted} faulted ({by_kind:?}); {checked} lifecycle passes in {:.0?}, none deleted or tainted; {:.1} requests per lifecycle pass or initialisation",
         share * 100.0,
+        watched,
         requests as f64 / (checked + N as f64).max(1.0),
     );
-    // Proof that the lifecycle controller kept checking while the faults went on (how many
-    // passes fit 15 s depends on the machine: a figure, printed above, not asserted).
+    // Proof that the lifecycle controller kept checking while the faults went on (how long two
+    // passes take depends on the machine: a figure, printed above, bounded at 120 s).
     assert!(
         checked >= 2.0,
         "the lifecycle controller kept checking ({checked} passes)"
