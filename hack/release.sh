@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
-# Releases of the staged crates: one version for the whole workspace, bumped together with
-# every exact sibling pin, described in CHANGELOG.md, published once, recorded.
+# Releases of the staged crates, in two trains (docs/versioning.md), each version described in
+# CHANGELOG.md, published once, recorded:
+#   - the framework (k8s-controller-manager, k8s-cloud-provider, k8s-cloud-provider-testkit):
+#     the version in their manifests, required by the other crates with a caret;
+#   - the providers (k8s-legacy-cloud-provider-{aws,vsphere,openstack}, vsphere-api) at the
+#     workspace version, the version of the CCM binaries, images and charts too.
 #
 #   hack/release.sh bump VERSION     set [workspace.package] version and every `=OLD` pin of
-#                                    [workspace.dependencies] to VERSION (and the sample's
-#                                    dependencies, the deploy manifests' image tag and the
-#                                    Helm charts' versions), update
+#                                    [workspace.dependencies] to VERSION (and the deploy
+#                                    manifests' image tag and the Helm charts' versions), update
 #                                    Cargo.lock;
 #                                    refused without a "## VERSION" section in CHANGELOG.md
-#   hack/release.sh check            the version in Cargo.toml has its CHANGELOG.md section and
-#                                    is above the last release (hack/last-release); run by CI
+#   hack/release.sh bump-framework VERSION
+#                                    set the framework crates' version, their requirement in
+#                                    [workspace.dependencies] and the sample's dependencies to
+#                                    VERSION, update Cargo.lock; refused without a
+#                                    "## framework VERSION" section in CHANGELOG.md
+#   hack/release.sh check            both versions have their CHANGELOG.md sections and are not
+#                                    below the last release (hack/last-release); run by CI
 #   hack/release.sh publish [--registry NAME] [OPTION…]
 #                                    check, then publish (hack/publish-staging.sh: crates.io
 #                                    with --execute, or the registry NAME; OPTIONs go to it,
@@ -31,6 +39,10 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 current_version() {
   sed -n '/^\[workspace.package\]/,/^\[/ s/^version = "\(.*\)"$/\1/p' Cargo.toml
 }
+FRAMEWORK_CRATES=(controller-manager cloud-provider cloud-provider-testkit)
+framework_version() {
+  sed -n '/^\[package\]/,/^\[/ s/^version = "\(.*\)"$/\1/p' staging/cloud-provider/Cargo.toml
+}
 # is_semver V: MAJOR.MINOR.PATCH with an optional pre-release (no build metadata).
 is_semver() { [[ "$1" =~ ^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$ ]]; }
 # version_gt A B: A > B by semver precedence (a pre-release is below its release).
@@ -45,11 +57,17 @@ version_gt() {
   fi
   [[ "$(printf '%s\n%s\n' "$a" "$b" | sort -V | tail -n1)" == "$a" ]]
 }
-changelog_has() { grep -qE "^## \[?$(sed 's/\./\\./g' <<<"$1")\]?( |$)" CHANGELOG.md 2>/dev/null; }
+# changelog_has VERSION [PREFIX]: CHANGELOG.md has a "## [PREFIX ]VERSION" section.
+changelog_has() {
+  local prefix=${2:+$2 }
+  grep -qE "^## ${prefix}\[?$(sed 's/\./\\./g' <<<"$1")\]?( |$)" CHANGELOG.md 2>/dev/null
+}
+# last_release: "VERSION FRAMEWORK_VERSION COMMIT" of the last release (before the trains were
+# split the framework had the workspace version).
 last_release() {
   [[ -f hack/last-release ]] || return 0
   # shellcheck disable=SC1091
-  (source hack/last-release && echo "$version $commit")
+  (source hack/last-release && echo "$version ${framework_version:-$version} $commit")
 }
 
 cmd=${1:-}; shift || true
@@ -64,8 +82,6 @@ case "$cmd" in
     sed -i "/^\[workspace.package\]/,/^\[/ s/^version = \"$old\"\$/version = \"$new\"/" Cargo.toml
     pins=$(grep -c "version = \"=$old\"" Cargo.toml || true)
     sed -i "s/version = \"=$old\"/version = \"=$new\"/g" Cargo.toml
-    # The sample provider depends on the staged crates by version, as a vendor does.
-    sed -i -E "s/^(k8s-[a-z-]+|vsphere-api) = \"$old\"\$/\1 = \"$new\"/" examples/cloud-provider-sample/Cargo.toml
     # The image tag the deploy manifests name is the version (hack/build-image.sh tags so).
     sed -i "s/^\( *newTag: \)$old\$/\1$new/" deploy/*/base/kustomization.yaml deploy/*/overlays/*/kustomization.yaml
     # The Helm charts' version and appVersion are the crates' too; their files/base.yaml is
@@ -80,27 +96,59 @@ case "$cmd" in
     echo "release: $old -> $new (workspace version and $pins sibling pins; Cargo.lock updated)"
     echo "release: next: commit, then hack/release.sh publish"
     ;;
+  bump-framework)
+    new=${1:-}; [[ -n "$new" ]] || usage
+    is_semver "$new" || fail "'$new' is not a version (MAJOR.MINOR.PATCH[-PRE])"
+    old=$(framework_version)
+    version_gt "$new" "$old" || fail "$new is not above the framework's current version $old"
+    changelog_has "$new" framework || fail "CHANGELOG.md has no '## framework $new' section: describe the release there first"
+    for c in "${FRAMEWORK_CRATES[@]}"; do
+      sed -i "/^\[package\]/,/^\[/ s/^version = \"$old\"\$/version = \"$new\"/" "staging/$c/Cargo.toml"
+      grep -q "^version = \"$new\"\$" "staging/$c/Cargo.toml" || fail "staging/$c/Cargo.toml is not at $old"
+    done
+    # Their requirement in [workspace.dependencies] (a caret) ...
+    sed -i -E "s/^((k8s-cloud-provider|k8s-controller-manager|k8s-cloud-provider-testkit) = \{ path = \"[^\"]+\", version = )\"$old\"/\1\"$new\"/" Cargo.toml
+    # ... and the sample provider's, which depends on the crates by version as a vendor does.
+    sed -i -E "s/^(k8s-cloud-provider|k8s-cloud-provider-testkit) = \"$old\"\$/\1 = \"$new\"/" examples/cloud-provider-sample/Cargo.toml
+    left=$(grep -nE "^(k8s-cloud-provider|k8s-controller-manager|k8s-cloud-provider-testkit) = .*\"=?$old\"" Cargo.toml examples/cloud-provider-sample/Cargo.toml || true)
+    [[ -z "$left" ]] || fail "requirements of the framework $old left after the bump:"$'\n'"$left"
+    cargo update --workspace --offline --quiet
+    (cd fuzz && cargo update --workspace --offline --quiet)
+    echo "release: framework $old -> $new (${FRAMEWORK_CRATES[*]}, their requirements, the sample; Cargo.lock updated)"
+    echo "release: next: commit, then hack/release.sh publish"
+    ;;
   image)
     exec hack/release-image.sh "$@"
     ;;
   check)
     version=$(current_version)
+    framework=$(framework_version)
     is_semver "$version" || fail "Cargo.toml's workspace version '$version' is not a version"
+    is_semver "$framework" || fail "staging/cloud-provider/Cargo.toml's version '$framework' is not a version"
     changelog_has "$version" || fail "CHANGELOG.md has no '## $version' section for the workspace version $version"
-    read -r last_version last_commit <<<"$(last_release)"
+    changelog_has "$framework" framework || fail "CHANGELOG.md has no '## framework $framework' section for the framework version $framework"
+    for c in "${FRAMEWORK_CRATES[@]}"; do
+      v=$(sed -n '/^\[package\]/,/^\[/ s/^version = "\(.*\)"$/\1/p' "staging/$c/Cargo.toml")
+      [[ "$v" == "$framework" ]] || fail "staging/$c/Cargo.toml is at '$v', the framework at $framework: the framework crates are released together"
+    done
+    read -r last_version last_framework last_commit <<<"$(last_release)"
     if [[ -n "${last_version:-}" ]]; then
       [[ "$version" == "$last_version" ]] || version_gt "$version" "$last_version" ||
         fail "the workspace version $version is below the last release $last_version"
-      echo "release: version $version (last release $last_version from ${last_commit:0:12}); CHANGELOG.md has its section"
+      [[ "$framework" == "$last_framework" ]] || version_gt "$framework" "$last_framework" ||
+        fail "the framework version $framework is below the last release $last_framework"
+      echo "release: providers $version, framework $framework (last release $last_version / $last_framework from ${last_commit:0:12}); CHANGELOG.md has their sections"
     else
-      echo "release: version $version (nothing released yet); CHANGELOG.md has its section"
+      echo "release: providers $version, framework $framework (nothing released yet); CHANGELOG.md has their sections"
     fi
     ;;
   publish)
     "$0" check
     version=$(current_version)
-    read -r last_version _ <<<"$(last_release)"
-    [[ "$version" != "${last_version:-}" ]] || fail "$version is the last release already: bump first (hack/release.sh bump <version>)"
+    framework=$(framework_version)
+    read -r last_version last_framework _ <<<"$(last_release)"
+    [[ "$version" != "${last_version:-}" || "$framework" != "${last_framework:-}" ]] ||
+      fail "providers $version and framework $framework are the last release already: bump first (hack/release.sh bump <version> or bump-framework <version>)"
     if [[ "${1:-}" == --registry ]]; then
       where="registry '${2:?--registry needs a name}'"
       hack/publish-staging.sh --registry "$2" "${@:3}"
@@ -109,13 +157,15 @@ case "$cmd" in
       hack/publish-staging.sh --execute "$@"
     fi
     cat > hack/last-release <<EOF
-# The last release of the staged crates (written by hack/release.sh publish): the version
-# and the commit it was published from. hack/semver-checks.sh compares the API with it.
+# The last release of the staged crates (written by hack/release.sh publish): the providers'
+# version, the framework's, and the commit they were published from. hack/semver-checks.sh
+# compares the API with it.
 version=$version
+framework_version=$framework
 commit=$(git rev-parse HEAD)
 published_to="$where"
 EOF
-    echo "release: $version published to $where; commit hack/last-release"
+    echo "release: providers $version, framework $framework published to $where; commit hack/last-release"
     ;;
   *) usage ;;
 esac

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The API check of the staged crates: each one's public API now, compared by
 # cargo-semver-checks with the same crate as the last release published it (hack/last-release:
-# its version and commit). The release is published to a fresh registry on 127.0.0.1 from that
-# commit, downloaded from it like any dependency, and used as the baseline.
+# the commit it was published from). The release is published to a fresh registry on
+# 127.0.0.1 from that commit, downloaded from it like any dependency, and used as the baseline.
 #
-# A change that breaks a public item fails unless the workspace version is bumped enough for
-# it (before 1.0: 0.1.x -> 0.2.0): cargo-semver-checks reads the required bump from the two
-# versions. While the workspace version is still the last release's (nothing bumped yet), the
+# A change that breaks a public item fails unless the crate's version (its train's: the
+# framework's or the providers', docs/versioning.md) is bumped enough for it (before 1.0:
+# 0.1.x -> 0.2.0): cargo-semver-checks reads the required bump from the two versions. While a
+# crate's version is still the one it had in the last release (nothing bumped yet), its
 # unreleased changes are held to a patch release's rules (0.1.0 -> 0.1.1: additions only).
 #
 #   hack/semver-checks.sh [-p CRATE ...]     default: every staged crate
@@ -33,7 +34,10 @@ done
 source hack/last-release
 : "${version:?hack/last-release names no version}" "${commit:?hack/last-release names no commit}"
 last=$version
-current=$(sed -n '/^\[workspace.package\]/,/^\[/ s/^version = "\(.*\)"$/\1/p' Cargo.toml)
+# Each staged crate's version now.
+declare -A current
+while read -r name v; do current[$name]=$v; done < <(cargo metadata --no-deps --format-version 1 --offline |
+  jq -r '.packages[] | "\(.name) \(.version)"')
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/semver-checks.XXXXXX")
 # shellcheck source=hack/lib-registry.sh
@@ -51,34 +55,48 @@ hack/publish-staging.sh --registry rcp-baseline --rev "$commit" --no-verify >"$w
 mkdir -p "$work/baseline"
 members=()
 checked=()
+declare -A baseline_version
 for c in "${crates[@]}"; do
   # A crate the release did not have (new since) has no baseline: nothing to compare.
   if ! git show "$commit:Cargo.toml" | grep -q "^$c = { path"; then
     echo "semver-checks: $c is new since $last (not in ${commit:0:12}): no baseline, not compared"
     continue
   fi
-  curl -sSfL "$registry_api/api/v1/crates/$c/$last/download" -o "$work/$c.crate" ||
-    fail "the registry has no $c $last (was it in the release?)"
+  # The version the release published it at (the only one the baseline registry has).
+  released=$(hack/lib/registry-index.py --registry rcp-baseline "$c" | jq -r .vers | tail -n1) ||
+    fail "the baseline registry has no $c (was it in the release?)"
+  curl -sSfL "$registry_api/api/v1/crates/$c/$released/download" -o "$work/$c.crate" ||
+    fail "the registry has no $c $released (was it in the release?)"
   tar -xzf "$work/$c.crate" -C "$work/baseline"
-  members+=("\"$c-$last\"")
+  members+=("\"$c-$released\"")
   checked+=("$c")
+  baseline_version[$c]=$released
 done
 crates=("${checked[@]}")
 printf '[workspace]\nresolver = "3"\nmembers = [%s]\n' "$(IFS=,; echo "${members[*]}")" >"$work/baseline/Cargo.toml"
 
-release_type=()
-if [[ "$current" == "$last" ]]; then
-  release_type=(--release-type patch)
-  echo "semver-checks: version $current not bumped since the release: only changes a patch release may make are accepted"
-else
-  echo "semver-checks: version $last -> $current"
-fi
-args=()
-for c in "${crates[@]}"; do args+=(-p "$c"); done
+# Crates still at their released version are held to a patch release's rules; the others to
+# what their bump allows (cargo-semver-checks reads it from the two versions).
+unbumped=()
+bumped=()
+for c in "${crates[@]}"; do
+  if [[ "${current[$c]}" == "${baseline_version[$c]}" ]]; then
+    unbumped+=(-p "$c")
+    echo "semver-checks: $c ${current[$c]} not bumped since the release: only changes a patch release may make are accepted"
+  else
+    bumped+=(-p "$c")
+    echo "semver-checks: $c ${baseline_version[$c]} -> ${current[$c]}"
+  fi
+done
 # The libraries enable no k8s-openapi version (their binaries do): the rustdoc builds, made
 # outside the repository, need one. Both sides are built against the oldest API version
 # k8s-openapi 0.29 knows (1.33): the staged crates support every version from it on (a vendor
 # may choose it), and the last release was published against it (its code does not compile
 # against 1.36+, where fields such as `TokenReviewStatus.token`'s became optional).
 export K8S_OPENAPI_ENABLED_VERSION=1.33
-cargo semver-checks check-release "${args[@]}" --baseline-root "$work/baseline" "${release_type[@]}"
+if ((${#unbumped[@]})); then
+  cargo semver-checks check-release "${unbumped[@]}" --baseline-root "$work/baseline" --release-type patch
+fi
+if ((${#bumped[@]})); then
+  cargo semver-checks check-release "${bumped[@]}" --baseline-root "$work/baseline"
+fi

@@ -15,6 +15,13 @@ use rcp_e2e::{
 
 /// Per step; generous (a slow CI machine must not fail the test): the figures are printed.
 const LIMIT: Duration = Duration::from_secs(240);
+/// Per step under sustained faults. The AWS SDK's standard retry mode (upstream's too) spends a
+/// retry quota of 500 tokens that only successes refill: 30 % faults drain it within a few
+/// hundred calls, from then on most failed calls are not retried and several syncs of a Service
+/// in a row can fail; the service controller then backs off as upstream's does (5 s doubling,
+/// 300 s at most). Six failed syncs in a row wait 315 s: a step may take that long and still be
+/// correct, which is what this test is about.
+const FAULT_LIMIT: Duration = Duration::from_secs(420);
 
 #[tokio::test]
 async fn crash_trials_leave_no_leaked_or_duplicated_cloud_resources() -> Result<()> {
@@ -83,7 +90,7 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 }
 
 /// `RCP_FAULT_SHARE` (default 0.3), `RCP_FAULT_SERVICES` (2), `RCP_FAULT_KINDS` (`all`, or
-/// `throttle`) and `RCP_FAULT_LIMIT_SECS` (each step's limit, 240) let
+/// `throttle`) and `RCP_FAULT_LIMIT_SECS` (each step's limit, 420) let
 /// `hack/bench-cloud-faults.sh` run the same scenario as a benchmark.
 #[tokio::test]
 async fn load_balancers_converge_under_30_percent_cloud_faults() -> Result<()> {
@@ -93,7 +100,7 @@ async fn load_balancers_converge_under_30_percent_cloud_faults() -> Result<()> {
         Ok("throttle") => vec![FaultKind::Throttle],
         _ => FaultKind::ALL.to_vec(),
     };
-    let limit = Duration::from_secs(env_or("RCP_FAULT_LIMIT_SECS", LIMIT.as_secs()));
+    let limit = Duration::from_secs(env_or("RCP_FAULT_LIMIT_SECS", FAULT_LIMIT.as_secs()));
     let rig = AwsChaosRig::start(2, &[]).await?;
     rig.proxy.reset_counts();
     let calls_before = rig

@@ -67,6 +67,8 @@ pub fn provider_spec() -> ProviderSpec {
         let config = CloudConfig::parse(&text)?;
         Ok::<_, BoxError>(SampleCloud::new(config, flags.api_timeout))
     })
+    // `--version` names the sample's version (then the framework's).
+    .with_version(env!("CARGO_PKG_VERSION"))
     .with_flags(<SampleFlags as clap::Args>::augment_args)
     .with_controller(crate::pool_usage::provider_controller())
 }

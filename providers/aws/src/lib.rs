@@ -23,6 +23,7 @@ pub const PROVIDER_NAME: &str = legacy::PROVIDER_NAME;
 /// ([`commands`]).
 pub fn provider_spec() -> k8s_cloud_provider::app::ProviderSpec {
     let mut spec = k8s_cloud_provider::app::ProviderSpec::new(PROVIDER_NAME, legacy::factory())
+        .with_version(env!("CARGO_PKG_VERSION"))
         .with_controller(controllers::tagging::provider_controller())
         .with_command(commands::doctor::provider_command())
         .with_command(commands::orphans::provider_command());

@@ -13,6 +13,7 @@ pub const PROVIDER_NAME: &str = legacy::PROVIDER_NAME;
 /// The provider as the cloud-controller-manager application needs it.
 pub fn provider_spec() -> k8s_cloud_provider::app::ProviderSpec {
     k8s_cloud_provider::app::ProviderSpec::new(PROVIDER_NAME, legacy::factory())
+        .with_version(env!("CARGO_PKG_VERSION"))
         .with_command(commands::doctor::provider_command())
         .with_command(commands::orphans::provider_command())
 }

@@ -14,6 +14,7 @@ pub const PROVIDER_NAME: &str = legacy::PROVIDER_NAME;
 pub fn provider_spec() -> k8s_cloud_provider::app::ProviderSpec {
     // As cloud-provider-vsphere: a changed config file restarts the process.
     k8s_cloud_provider::app::ProviderSpec::new(PROVIDER_NAME, legacy::factory())
+        .with_version(env!("CARGO_PKG_VERSION"))
         .restart_on_config_change()
         .with_command(doctor::provider_command())
 }

@@ -78,10 +78,11 @@ async fn a_target_group_that_cannot_be_deleted_yet_is_swept_later() -> Result<()
 }
 
 /// A lost answer to the NLB's `CreateLoadBalancer` (the proxy forwards it, then answers 500)
-/// is not re-sent by the SDK: moto, unlike AWS, is not idempotent by name and would make a
-/// second NLB that outlives the Service (CI once leaked one under random faults). The CCM's
-/// next sync finds the NLB the lost call made and completes it; one NLB, one create, and the
-/// Service's deletion leaves nothing, even with a second NLB of the same name.
+/// is not re-sent blindly: moto, unlike AWS, is not idempotent by name and would make a second
+/// NLB that outlives the Service (CI once leaked one under random faults). The same sync looks
+/// the NLB up by name before trying again, finds the one the lost call made and completes it
+/// (no failed sync); one NLB, one create, and the Service's deletion leaves nothing, even with
+/// a second NLB of the same name.
 #[tokio::test]
 async fn a_lost_create_answer_makes_no_second_nlb() -> Result<()> {
     let env = env_opts(
@@ -111,6 +112,13 @@ async fn a_lost_create_answer_makes_no_second_nlb() -> Result<()> {
         .await?;
     ingress(&env.services, "twice").await?;
     assert_eq!(proxy.faulted(), 1, "the first answer was lost");
+    let log = env._ccm.log();
+    assert!(
+        log.contains("the NLB was made by the create whose answer was lost")
+            && !log.contains("error syncing default/twice"),
+        "found within the sync that lost the answer:\n{}",
+        ccm_tail(&env)
+    );
     let creates = env
         .moto
         .actions()
@@ -145,6 +153,73 @@ async fn a_lost_create_answer_makes_no_second_nlb() -> Result<()> {
     env.services.delete("twice", &DeleteParams::default()).await?;
     wait_for("service twice gone", T, || async {
         env.services.get_opt("twice").await.ok()?.is_none().then_some(())
+    })
+    .await?;
+    nothing_left(&env).await
+}
+
+/// A throttled or failed `CreateLoadBalancer` of an NLB (each attempt sent once) is tried again
+/// within the same sync after a look-up by name finds no NLB: two throttled attempts, then the
+/// NLB is made by the third, with no failed sync and the throttled attempts counted.
+#[tokio::test]
+async fn a_throttled_nlb_create_is_tried_again_within_the_sync() -> Result<()> {
+    let env = env_opts(
+        2,
+        EnvOptions {
+            fault_proxy: true,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let proxy = env.proxy.as_ref().expect("proxy");
+    proxy.add(
+        Rule::new(
+            &["Action=CreateLoadBalancer", "Type=network"],
+            Action::Respond {
+                status: 400,
+                body: "<ErrorResponse><Error><Type>Sender</Type><Code>Throttling</Code><Message>Rate exceeded</Message></Error><RequestId>fault</RequestId></ErrorResponse>".into(),
+            },
+        )
+        .times(2),
+    );
+    env.services
+        .create(
+            &PostParams::default(),
+            &load_balancer_service("throttled", &[("type", "nlb")], &[(80, "http")]),
+        )
+        .await?;
+    ingress(&env.services, "throttled").await?;
+    assert_eq!(proxy.faulted(), 2, "two attempts were throttled");
+    let log = env._ccm.log();
+    assert_eq!(
+        log.matches("creating the NLB failed; looking it up before trying again")
+            .count(),
+        2,
+        "{}",
+        ccm_tail(&env)
+    );
+    assert!(
+        !log.contains("error syncing default/throttled"),
+        "made within one sync:\n{}",
+        ccm_tail(&env)
+    );
+    let creates = env
+        .moto
+        .actions()
+        .iter()
+        .filter(|a| *a == "CreateLoadBalancer")
+        .count();
+    assert_eq!(creates, 1, "the throttled attempts never reached moto");
+    let lbs = env.moto.elbv2().describe_load_balancers().send().await?;
+    assert_eq!(lbs.load_balancers().len(), 1, "{lbs:?}");
+    env.services.delete("throttled", &DeleteParams::default()).await?;
+    wait_for("service throttled gone", T, || async {
+        env.services
+            .get_opt("throttled")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
     })
     .await?;
     nothing_left(&env).await

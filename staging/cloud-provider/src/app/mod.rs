@@ -74,7 +74,8 @@ pub use factory::{ContextFactory, FactoryContext, IntoFactory};
 pub use options::{Options, ValidatedOptions};
 pub use running::{INFORMER_FAIL_AFTER, INFORMER_UNREADY_AFTER};
 pub use spec::{
-    ProviderCommand, ProviderController, ProviderControllerConfigure, ProviderControllerStart, ProviderSpec,
+    ControllerRename, ProviderCommand, ProviderController, ProviderControllerConfigure,
+    ProviderControllerStart, ProviderSpec,
 };
 
 use leader::{LeaseClientFactory, LossSignal, win_lease};
@@ -168,6 +169,9 @@ pub enum AppError {
     CloudConfigChanged(String),
 }
 
+/// This crate's version (`k8s-cloud-provider`'s, the framework's).
+pub const FRAMEWORK_VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// Legacy (1.20) controller names, used as the `running_managed_controllers` label (a
 /// provider's own controller is labelled with its name, as upstream's alias map does).
 fn legacy_name(canonical: &str) -> &str {
@@ -179,8 +183,15 @@ fn legacy_name(canonical: &str) -> &str {
 pub fn controller_registry(spec: &ProviderSpec) -> ControllerRegistry {
     let mut r = ControllerRegistry::new();
     for c in &controllers::CONTROLLERS {
+        let name = spec.name_of_builtin(c.name);
         let mut aliases = vec![c.legacy_name];
         aliases.extend_from_slice(c.extra_aliases);
+        if name != c.name {
+            aliases.push(c.name);
+        }
+        for r in spec.renames.iter().filter(|r| r.builtin == c.name) {
+            aliases.extend_from_slice(r.aliases);
+        }
         // A replacement's own aliases join the built-in's.
         for p in spec
             .controllers
@@ -190,9 +201,9 @@ pub fn controller_registry(spec: &ProviderSpec) -> ControllerRegistry {
             aliases.extend_from_slice(p.aliases);
         }
         r.register(
-            c.name,
+            name,
             &aliases,
-            !spec.disabled_by_default.iter().any(|d| d == c.name),
+            !spec.disabled_by_default.iter().any(|d| d == c.name || d == name),
         );
     }
     for c in spec.controllers.iter().filter(|c| !spec.replaced(c.name)) {
@@ -212,6 +223,8 @@ pub fn controller_registry(spec: &ProviderSpec) -> ControllerRegistry {
 struct Starters {
     /// Canonical name → (client name, start) of the provider's enabled controllers.
     provided: HashMap<&'static str, (&'static str, ProviderControllerStart)>,
+    /// Canonical name in this binary → the built-in's, for the renamed built-ins.
+    renamed: HashMap<&'static str, &'static str>,
 }
 
 impl Starters {
@@ -234,18 +247,25 @@ impl Starters {
                 Err(e) => errors.push(e.to_string()),
             }
         }
+        let renamed = spec.renames.iter().map(|r| (r.name, r.builtin)).collect();
         if errors.is_empty() {
-            Ok(Self { provided })
+            Ok(Self { provided, renamed })
         } else {
             Err(errors)
         }
+    }
+
+    /// The built-in controller a canonical name of this binary stands for (itself unless the
+    /// provider renamed the built-in).
+    fn builtin<'a>(&self, canonical: &'a str) -> &'a str {
+        self.renamed.get(canonical).copied().unwrap_or(canonical)
     }
 
     /// Client name of a controller (for per-controller credentials and user agents).
     fn client_name(&self, canonical: &str) -> &'static str {
         match (
             self.provided.get(canonical),
-            controllers::controller_spec(canonical),
+            controllers::controller_spec(self.builtin(canonical)),
         ) {
             (Some((client, _)), _) => client,
             (None, Some(c)) => c.client_name,
@@ -257,7 +277,7 @@ impl Starters {
     fn start(&self, name: &str, ctx: &ControllerContext) -> Result<tokio::task::JoinHandle<()>, String> {
         match self.provided.get(name) {
             Some((_, start)) => start(ctx.clone()).map_err(|e| e.to_string()),
-            None => start_controller(name, ctx),
+            None => start_controller(self.builtin(name), ctx),
         }
     }
 }
@@ -272,6 +292,11 @@ pub fn command(spec: &ProviderSpec) -> clap::Command {
         .name(name)
         .args_override_self(true)
         .mut_arg("cloud_provider", |a| a.default_value(default));
+    if let Some(version) = spec.version {
+        let shown: &'static str =
+            Box::leak(format!("{version} (k8s-cloud-provider {FRAMEWORK_VERSION})").into_boxed_str());
+        command = command.version(shown);
+    }
     // A controller's and a command's flags are added with clap's `augment_args`, which takes
     // the flag struct's doc comment (written for the code's readers) as the about text: the
     // CCM's own, and each command's registered one, are what `--help` shows.
@@ -458,7 +483,12 @@ pub async fn run(options: Options, spec: ProviderSpec, shutdown: CancellationTok
     let starters = Starters::configure(&spec, &validated, &registry)
         .map_err(|e| AppError::InvalidFlags(e.join("; ")))?;
     let opts = &validated.options;
-    info!(version = env!("CARGO_PKG_VERSION"), provider = %opts.cloud.cloud_provider, "starting cloud-controller-manager");
+    info!(
+        version = spec.version.unwrap_or(FRAMEWORK_VERSION),
+        framework = FRAMEWORK_VERSION,
+        provider = %opts.cloud.cloud_provider,
+        "starting cloud-controller-manager"
+    );
     let config = load_config(opts.misc.kubeconfig.as_deref(), opts.misc.master.as_deref()).await?;
     let (qps, burst) = (opts.generic.kube_api_qps, opts.generic.kube_api_burst);
     let dry_run = opts.generic.dry_run.then(DryRun::new);
@@ -626,15 +656,13 @@ async fn build_cloud(
             return Err(AppError::NoClusterId);
         }
     }
-    let route_enabled = registry.is_enabled(controllers::route::NAME, &validated.controllers);
+    let route_name = spec.name_of_builtin(controllers::route::NAME);
+    let route_enabled = registry.is_enabled(route_name, &validated.controllers);
     // Upstream fails to start whenever the route controller is on without --cluster-cidr. A
     // provider may ask to skip it instead when it is on by default only ("*"): then it is not
     // started and a warning says why (see `start_set`).
     let route_named = !spec.skip_default_route_controller_without_cluster_cidr
-        || validated
-            .controllers
-            .iter()
-            .any(|c| c == controllers::route::NAME);
+        || validated.controllers.iter().any(|c| c == route_name);
     if opts.generic.configure_cloud_routes
         && route_enabled
         && cloud.routes().is_some()

@@ -518,11 +518,12 @@ pub(super) async fn start_set(
             warn!(controller = name, "{name:?} is disabled");
             continue;
         }
-        if name == controllers::route::NAME && !opts.generic.configure_cloud_routes {
+        let is_route = running.starters.builtin(name) == controllers::route::NAME;
+        if is_route && !opts.generic.configure_cloud_routes {
             info!("Will not configure cloud provider routes, --configure-cloud-routes: false");
             continue;
         }
-        if name == controllers::route::NAME && validated.cluster_cidrs.is_empty() {
+        if is_route && validated.cluster_cidrs.is_empty() {
             // Only reachable when on by default (named without --cluster-cidr fails at start).
             continue;
         }

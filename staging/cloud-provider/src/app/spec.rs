@@ -34,8 +34,25 @@ pub struct ProviderSpec {
     /// Canonical names of the built-in controllers the provider's controllers of the same name
     /// replace ([`ProviderSpec::replace_controller`]).
     pub replaces: Vec<&'static str>,
+    /// Built-in controllers the provider runs under names of its own
+    /// ([`ProviderSpec::rename_controller`]).
+    pub renames: Vec<ControllerRename>,
     /// Commands of the binary besides running the controllers (`<binary> <command> …`).
     pub commands: Vec<ProviderCommand>,
+    /// The binary's version ([`ProviderSpec::with_version`]).
+    pub version: Option<&'static str>,
+}
+
+/// A built-in controller run under a name of the provider's ([`ProviderSpec::rename_controller`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ControllerRename {
+    /// The built-in's canonical name (e.g. `service-lb-controller`).
+    pub builtin: &'static str,
+    /// Its canonical name in this binary.
+    pub name: &'static str,
+    /// More names `--controllers` accepts for it (the built-in's own stay accepted).
+    pub aliases: &'static [&'static str],
 }
 
 /// A command of a provider's binary besides running the controllers: `<binary> <name> [flags]`
@@ -183,8 +200,19 @@ impl ProviderSpec {
             restart_on_config_change: false,
             controllers: Vec::new(),
             replaces: Vec::new(),
+            renames: Vec::new(),
             commands: Vec::new(),
+            version: None,
         }
+    }
+
+    /// The binary's version, usually `env!("CARGO_PKG_VERSION")` of the provider's crate: what
+    /// `--version` prints (followed by the framework's, `k8s-cloud-provider X.Y.Z`) and the
+    /// start-up log names. Without it both name the framework's version only, which is not the
+    /// binary's: the framework is versioned apart from the providers built on it.
+    pub fn with_version(mut self, version: &'static str) -> Self {
+        self.version = Some(version);
+        self
     }
 
     /// Adds flags of the provider's own to the command (see [`ProviderSpec::flags`]).
@@ -231,16 +259,69 @@ impl ProviderSpec {
         self
     }
 
+    /// Runs the built-in controller `builtin` (its canonical name, e.g. `service-lb-controller`,
+    /// or its short name, `service`) under the canonical name `name`, with `aliases`: the name
+    /// `--controllers`, `--help`, the logs, the health check, the `running_managed_controllers`
+    /// label and leader migration use for it — what a Go provider does by putting the built-in's
+    /// constructor under a key of its own in `controllerInitializers`. Unlike in Go, the
+    /// built-in's own names (`service`, `service-controller`, `service-lb-controller`) stay
+    /// accepted, so that existing manifests and leader-migration configurations keep working;
+    /// a provider controller cannot take them ([`ProviderSpec::check`] refuses the clash, an
+    /// unknown built-in, a second rename, and the rename of a replaced controller).
+    ///
+    /// ```
+    /// use k8s_cloud_provider::app::ProviderSpec;
+    /// # let factory: k8s_cloud_provider::app::ContextFactory =
+    /// #     std::sync::Arc::new(|_| Box::pin(async { Err("example".into()) }));
+    /// let spec = ProviderSpec::new("example", factory)
+    ///     .rename_controller("service", "example-lb-controller", &["lb"]);
+    /// spec.check().unwrap();
+    /// assert!(spec.controller_names().contains(&"example-lb-controller"));
+    /// ```
+    pub fn rename_controller(
+        mut self,
+        builtin: &str,
+        name: &'static str,
+        aliases: &'static [&'static str],
+    ) -> Self {
+        let builtin = controllers::CONTROLLERS
+            .iter()
+            .find(|c| c.name == builtin || c.legacy_name == builtin)
+            .map_or_else(
+                // Kept as given; `check` names the mistake.
+                || &*Box::leak(format!("unknown:{builtin}").into_boxed_str()),
+                |c| c.name,
+            );
+        self.renames.push(ControllerRename {
+            builtin,
+            name,
+            aliases,
+        });
+        self
+    }
+
     /// Whether `name` is a built-in controller the provider replaces.
     pub(super) fn replaced(&self, name: &str) -> bool {
         self.replaces.contains(&name)
+    }
+
+    /// The canonical name the built-in controller `builtin` has in this binary: its own, or the
+    /// provider's ([`ProviderSpec::rename_controller`]).
+    pub(super) fn name_of_builtin(&self, builtin: &'static str) -> &'static str {
+        self.renames
+            .iter()
+            .find(|r| r.builtin == builtin)
+            .map_or(builtin, |r| r.name)
     }
 
     /// Canonical names of every controller of the command: the framework's four (or the
     /// provider's controllers that replace them, in their places), then the provider's own, in
     /// start order.
     pub fn controller_names(&self) -> Vec<&'static str> {
-        let mut names = controllers::CONTROLLER_NAMES.to_vec();
+        let mut names: Vec<&'static str> = controllers::CONTROLLER_NAMES
+            .iter()
+            .map(|n| self.name_of_builtin(n))
+            .collect();
         names.extend(
             self.controllers
                 .iter()
@@ -272,6 +353,25 @@ impl ProviderSpec {
                 clashes.push(format!("the built-in controller {r:?} is replaced twice"));
             }
         }
+        let mut renamed_once = std::collections::HashSet::new();
+        for r in &self.renames {
+            if let Some(unknown) = r.builtin.strip_prefix("unknown:") {
+                clashes.push(format!(
+                    "{unknown:?} is no built-in controller to rename (built-in: {})",
+                    controllers::CONTROLLER_NAMES.join(", ")
+                ));
+            } else if !renamed_once.insert(r.builtin) {
+                clashes.push(format!(
+                    "the built-in controller {:?} is renamed twice",
+                    r.builtin
+                ));
+            } else if self.replaced(r.builtin) {
+                clashes.push(format!(
+                    "the built-in controller {:?} is both replaced and renamed: give the replacement the name instead",
+                    r.builtin
+                ));
+            }
+        }
         let mut claim = |name: &'static str, controller: &'static str| match owner.insert(name, controller) {
             Some(previous) if previous != controller || name == controller => clashes.push(format!(
                 "{name:?} names both {previous:?} and the provider's {controller:?}"
@@ -279,10 +379,19 @@ impl ProviderSpec {
             _ => {}
         };
         for c in &controllers::CONTROLLERS {
-            claim(c.name, c.name);
-            claim(c.legacy_name, c.name);
+            let name = self.name_of_builtin(c.name);
+            claim(name, name);
+            if name != c.name {
+                claim(c.name, name);
+            }
+            claim(c.legacy_name, name);
             for a in c.extra_aliases {
-                claim(a, c.name);
+                claim(a, name);
+            }
+            for r in self.renames.iter().filter(|r| r.builtin == c.name) {
+                for a in r.aliases {
+                    claim(a, name);
+                }
             }
         }
         for c in &self.controllers {

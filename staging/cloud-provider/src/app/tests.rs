@@ -83,6 +83,89 @@ fn a_provider_controller_replaces_a_built_in_one_in_its_place() {
     assert!(e.contains("replaced twice"), "{e}");
 }
 
+/// A renamed built-in answers to its new name, its aliases and its old names, is started as
+/// the built-in (its client name) and listed under the new name; clashes, unknown built-ins,
+/// second renames and renaming a replaced controller are refused.
+#[test]
+fn a_built_in_controller_runs_under_the_name_a_provider_gives_it() {
+    let spec = ProviderSpec::new("test", no_cloud())
+        .with_controller(greeter())
+        .rename_controller("service", "mycloud-lb-controller", &["mycloud-lb"]);
+    spec.check().unwrap();
+    let names = spec.controller_names();
+    assert_eq!(
+        names,
+        [
+            controllers::node::NAME,
+            controllers::nodelifecycle::NAME,
+            "mycloud-lb-controller",
+            controllers::route::NAME,
+            "greeter"
+        ]
+    );
+    let registry = controller_registry(&spec);
+    for off in [
+        "-mycloud-lb",
+        "-mycloud-lb-controller",
+        "-service",
+        "-service-lb-controller",
+    ] {
+        let options = parse_from(&spec, ["ccm", &format!("--controllers=*,{off}")]).unwrap();
+        let validated = options.validate(&registry).unwrap();
+        assert!(
+            !registry.is_enabled("mycloud-lb-controller", &validated.controllers),
+            "{off} names it"
+        );
+    }
+    let validated = parse_from(&spec, ["ccm"]).unwrap().validate(&registry).unwrap();
+    assert!(registry.is_enabled("mycloud-lb-controller", &validated.controllers));
+    let starters = Starters::configure(&spec, &validated, &registry).unwrap();
+    assert_eq!(
+        starters.builtin("mycloud-lb-controller"),
+        controllers::service::NAME
+    );
+    assert_eq!(
+        starters.client_name("mycloud-lb-controller"),
+        controllers::service::CLIENT_NAME
+    );
+    assert_eq!(legacy_name("mycloud-lb-controller"), "mycloud-lb-controller");
+
+    let refused = |spec: ProviderSpec| spec.check().unwrap_err();
+    let e = refused(ProviderSpec::new("test", no_cloud()).rename_controller("firewall", "fw", &[]));
+    assert!(
+        e.contains("\"firewall\" is no built-in controller to rename"),
+        "{e}"
+    );
+    let e = refused(
+        ProviderSpec::new("test", no_cloud())
+            .rename_controller("service", "a", &[])
+            .rename_controller("service-lb-controller", "b", &[]),
+    );
+    assert!(e.contains("renamed twice"), "{e}");
+    let e = refused(
+        ProviderSpec::new("test", no_cloud())
+            .with_controller(greeter())
+            .rename_controller("route", "greeter", &[]),
+    );
+    assert!(e.contains("\"greeter\" names both"), "{e}");
+    let e = refused(
+        ProviderSpec::new("test", no_cloud())
+            .rename_controller("service", "lb", &["hello"])
+            .with_controller(greeter()),
+    );
+    assert!(e.contains("\"hello\" names both"), "{e}");
+    let mine = ProviderController::new("mine", "mine", |_| {
+        let start: ProviderControllerStart = Arc::new(|_| Err("not started in this test".into()));
+        Ok(start)
+    });
+    let e = refused(
+        ProviderSpec::new("test", no_cloud())
+            .replace_controller("service", mine)
+            .rename_controller("service", "lb", &[]),
+    );
+    assert!(e.contains("both replaced and renamed"), "{e}");
+}
+
 /// The provider's own flags, for the closure factory test.
 #[derive(Debug, clap::Args)]
 #[command(next_help_heading = "Mycloud flags")]
@@ -287,4 +370,19 @@ async fn a_controller_that_stops_at_shutdown_is_no_failure() {
     stop.cancel();
     watcher.await.expect("watcher");
     assert!(!failed.token.is_cancelled());
+}
+
+/// `--version` names the binary's version, then the framework's; without one, the framework's.
+#[test]
+fn version_names_the_binary_then_the_framework() {
+    let spec = ProviderSpec::new("test", no_cloud()).with_version("9.8.7");
+    assert_eq!(
+        command(&spec).render_version(),
+        format!("cloud-controller-manager-test 9.8.7 (k8s-cloud-provider {FRAMEWORK_VERSION})\n")
+    );
+    let spec = ProviderSpec::new("test", no_cloud());
+    assert_eq!(
+        command(&spec).render_version(),
+        format!("cloud-controller-manager-test {FRAMEWORK_VERSION}\n")
+    );
 }

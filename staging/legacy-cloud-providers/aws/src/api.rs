@@ -261,7 +261,27 @@ impl AwsError {
     pub fn code_starts_with(&self, prefix: &str) -> bool {
         self.code.as_deref().is_some_and(|c| c.starts_with(prefix))
     }
+
+    /// Whether the call may succeed when made again: throttling ([`THROTTLING_CODES`]), a
+    /// server-side error ([`SERVER_ERROR_CODES`]), or no answer at all (a connection reset, a
+    /// timeout: no error code). A request the service refused (a validation error, a missing
+    /// permission, a limit) is not.
+    pub fn is_transient(&self) -> bool {
+        match self.code.as_deref() {
+            None => true,
+            Some(c) => THROTTLING_CODES.contains(&c) || SERVER_ERROR_CODES.contains(&c),
+        }
+    }
 }
+
+/// The error codes of AWS server-side failures (HTTP 5xx) across EC2 and ELB.
+pub const SERVER_ERROR_CODES: &[&str] = &[
+    "InternalError",
+    "InternalFailure",
+    "ServiceUnavailable",
+    "ServiceUnavailableException",
+    "Unavailable",
+];
 
 /// Back-off and metrics shared by every client of one region.
 #[derive(Debug, Clone, Default)]
@@ -404,6 +424,32 @@ impl AwsApi {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn throttling_server_errors_and_lost_answers_are_transient_refusals_are_not() {
+        let e = |code: Option<&str>| AwsError {
+            operation: "elbv2_create_load_balancer",
+            code: code.map(str::to_string),
+            message: String::new(),
+        };
+        for transient in [
+            None,
+            Some("Throttling"),
+            Some("RequestLimitExceeded"),
+            Some("InternalError"),
+            Some("ServiceUnavailable"),
+        ] {
+            assert!(e(transient).is_transient(), "{transient:?}");
+        }
+        for refused in [
+            Some("ValidationError"),
+            Some("TooManyLoadBalancers"),
+            Some("AccessDenied"),
+            Some("DuplicateLoadBalancerName"),
+        ] {
+            assert!(!e(refused).is_transient(), "{refused:?}");
+        }
+    }
 
     #[test]
     fn only_describe_get_and_list_operations_are_reads() {

@@ -63,6 +63,10 @@ fn tags(pairs: &[(String, String)]) -> Vec<Tag> {
         .collect()
 }
 
+/// How many times one sync tries to make an NLB (each attempt sent once, the NLB looked up by
+/// name between attempts).
+const NLB_CREATE_ATTEMPTS: u32 = 3;
+
 /// How many NLBs of one name [`AwsCloud::delete_nlb`] deletes at most in one call.
 const MAX_NLBS_OF_ONE_NAME: usize = 5;
 
@@ -393,35 +397,50 @@ impl AwsCloud {
                     .build()
             })
             .collect();
-        let out = self
-            .api
-            .call(
-                "elbv2_create_load_balancer",
-                self.elbv2
-                    .create_load_balancer()
-                    .name(name)
-                    .r#type(LoadBalancerTypeEnum::Network)
-                    .scheme(if opts.internal {
-                        LoadBalancerSchemeEnum::Internal
-                    } else {
-                        LoadBalancerSchemeEnum::InternetFacing
-                    })
-                    .set_subnet_mappings(Some(mappings))
-                    .set_security_groups(groups)
-                    .set_tags(Some(tags(resource_tags)))
-                    // Sent once: a create whose answer was lost is not re-sent blindly. AWS
-                    // makes this call idempotent by name, but a cloud that does not (moto made
-                    // a second NLB of the same name) would leak one; the next sync looks before
-                    // it creates instead.
-                    .customize()
-                    .config_override(
-                        aws_sdk_elasticloadbalancingv2::config::Builder::default()
-                            .retry_config(aws_config::retry::RetryConfig::disabled()),
-                    )
-                    .send(),
-            )
-            .await
-            .map_err(|e| cloud_error(format!("creating NLB {name}"), e))?;
+        // Each attempt is sent once (the SDK does not re-send it): a create whose answer was
+        // lost is not re-sent blindly. AWS makes this call idempotent by name, but a cloud that
+        // does not (moto made a second NLB of the same name) would leak one. After a transient
+        // failure the NLB is looked up by name first, and made again only if it is not there.
+        let mut attempt = 1;
+        let out = loop {
+            let sent = self
+                .api
+                .call(
+                    "elbv2_create_load_balancer",
+                    self.elbv2
+                        .create_load_balancer()
+                        .name(name)
+                        .r#type(LoadBalancerTypeEnum::Network)
+                        .scheme(if opts.internal {
+                            LoadBalancerSchemeEnum::Internal
+                        } else {
+                            LoadBalancerSchemeEnum::InternetFacing
+                        })
+                        .set_subnet_mappings(Some(mappings.clone()))
+                        .set_security_groups(groups.clone())
+                        .set_tags(Some(tags(resource_tags)))
+                        .customize()
+                        .config_override(
+                            aws_sdk_elasticloadbalancingv2::config::Builder::default()
+                                .retry_config(aws_config::retry::RetryConfig::disabled()),
+                        )
+                        .send(),
+                )
+                .await;
+            match sent {
+                Ok(out) => break out,
+                Err(e) if e.is_transient() && attempt < NLB_CREATE_ATTEMPTS => {
+                    tracing::info!(lb = name, attempt, error = %e.message, "creating the NLB failed; looking it up before trying again");
+                    tokio::time::sleep(Duration::from_millis(500 << attempt)).await;
+                    if let Some(lb) = self.describe_nlb(name).await? {
+                        tracing::info!(lb = name, "the NLB was made by the create whose answer was lost");
+                        return Ok(lb);
+                    }
+                    attempt += 1;
+                }
+                Err(e) => return Err(cloud_error(format!("creating NLB {name}"), e)),
+            }
+        };
         tracing::info!(lb = name, "created NLB");
         out.load_balancers()
             .first()
