@@ -92,7 +92,7 @@ case "$cmd" in
     [[ -z "$left" ]] || fail "pins of $old left after the bump:"$'\n'"$left"
     cargo update --workspace --offline --quiet
     # The fuzz crate (outside the workspace) has its own lock file naming the staged crates.
-    (cd fuzz && cargo update --workspace --offline --quiet)
+    (cd fuzz && { cargo update --workspace --offline --quiet 2>/dev/null || cargo update --workspace --quiet; })
     echo "release: $old -> $new (workspace version and $pins sibling pins; Cargo.lock updated)"
     echo "release: next: commit, then hack/release.sh publish"
     ;;
@@ -113,7 +113,7 @@ case "$cmd" in
     left=$(grep -nE "^(k8s-cloud-provider|k8s-controller-manager|k8s-cloud-provider-testkit) = .*\"=?$old\"" Cargo.toml examples/cloud-provider-sample/Cargo.toml || true)
     [[ -z "$left" ]] || fail "requirements of the framework $old left after the bump:"$'\n'"$left"
     cargo update --workspace --offline --quiet
-    (cd fuzz && cargo update --workspace --offline --quiet)
+    (cd fuzz && { cargo update --workspace --offline --quiet 2>/dev/null || cargo update --workspace --quiet; })
     echo "release: framework $old -> $new (${FRAMEWORK_CRATES[*]}, their requirements, the sample; Cargo.lock updated)"
     echo "release: next: commit, then hack/release.sh publish"
     ;;
