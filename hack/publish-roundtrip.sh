@@ -114,6 +114,33 @@ grep -q "vsphere-api [0-9.]*: REFUSED: already published with other files (src/l
   { echo "$out"; fail "the unchanged crates, packaged at another commit, should be recognised as published"; }
 [[ $(index_head) == "$before" ]] || fail "the registry's index changed on a refused publish"
 
+step "a framework patch release: the framework's three crates uploaded, the providers' untouched"
+# Another scratch clone: a framework change, released with hack/release.sh bump-framework
+# (the next patch version), published to the same registry. The providers' crates require the
+# framework with a caret: their packages are the same files, so nothing of them is uploaded.
+patch_clone="$work/framework-patch"
+git clone --quiet --shared "$ROOT" "$patch_clone"
+if ((${#dirty[@]})); then git diff --binary HEAD | git -C "$patch_clone" apply --whitespace=nowarn; fi
+current_framework=$(sed -n '/^\[package\]/,/^\[/ s/^version = "\(.*\)"$/\1/p' staging/cloud-provider/Cargo.toml)
+IFS=. read -r fmaj fmin fpatch <<<"${current_framework%%-*}"
+next_framework="$fmaj.$fmin.$((fpatch + 1))"
+(
+  cd "$patch_clone"
+  sed -i "0,/^## framework /s//## framework $next_framework\n\n- A fix (publish round trip).\n\n&/" CHANGELOG.md
+  echo '// a framework fix' >>staging/cloud-provider/src/lib.rs
+  CARGO_TARGET_DIR="$target" hack/release.sh bump-framework "$next_framework" >"$work/bump-framework.log" 2>&1 ||
+    { cat "$work/bump-framework.log"; exit 1; }
+  git -c user.name=roundtrip -c user.email=roundtrip@localhost commit --quiet -am "framework $next_framework"
+) || fail "hack/release.sh bump-framework $next_framework failed (above)"
+out=$("$patch_clone/hack/publish-staging.sh" --registry rcp-test --no-verify 2>&1) || { echo "$out"; fail "publishing the framework patch release failed"; }
+echo "$out" | grep -E "^publish-staging:   |uploading" || true
+for c in k8s-controller-manager k8s-cloud-provider k8s-cloud-provider-testkit; do
+  grep -q "uploading $c $next_framework" <<<"$out" || { echo "$out"; fail "$c $next_framework was not uploaded"; }
+done
+[[ $(grep -c '^publish-staging: uploading' <<<"$out") == 3 ]] || { echo "$out"; fail "only the three framework crates should be uploaded"; }
+[[ $(grep -c 'already published with the same \(checksum\|files\)' <<<"$out") == $((staged_count - 3)) ]] ||
+  { echo "$out"; fail "the providers' crates should be recognised as published (their caret accepts $next_framework)"; }
+
 if ((skip_semver == 0)); then
   step "API check against the last release (hack/semver-checks.sh)"
   hack/semver-checks.sh

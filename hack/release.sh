@@ -88,7 +88,9 @@ case "$cmd" in
     # rendered from the bases again.
     sed -i -e "s/^version: $old\$/version: $new/" -e "s/^appVersion: \"$old\"\$/appVersion: \"$new\"/" charts/*/Chart.yaml
     hack/render-charts.sh
-    left=$(grep -rn --include=Cargo.toml "\"=$old\"" . --exclude-dir=target --exclude-dir=.git || true)
+    # (The framework crates pin each other in their own manifests, at their own version.)
+    left=$(grep -rn --include=Cargo.toml "\"=$old\"" . --exclude-dir=target --exclude-dir=.git \
+      --exclude-dir=controller-manager --exclude-dir=cloud-provider --exclude-dir=cloud-provider-testkit || true)
     [[ -z "$left" ]] || fail "pins of $old left after the bump:"$'\n'"$left"
     cargo update --workspace --offline --quiet
     # The fuzz crate (outside the workspace) has its own lock file naming the staged crates.
@@ -103,14 +105,32 @@ case "$cmd" in
     version_gt "$new" "$old" || fail "$new is not above the framework's current version $old"
     changelog_has "$new" framework || fail "CHANGELOG.md has no '## framework $new' section: describe the release there first"
     for c in "${FRAMEWORK_CRATES[@]}"; do
-      sed -i "/^\[package\]/,/^\[/ s/^version = \"$old\"\$/version = \"$new\"/" "staging/$c/Cargo.toml"
+      # The crate's version and its exact pins of its siblings.
+      sed -i -e "/^\[package\]/,/^\[/ s/^version = \"$old\"\$/version = \"$new\"/" \
+        -e "s/version = \"=$old\"/version = \"=$new\"/g" "staging/$c/Cargo.toml"
       grep -q "^version = \"$new\"\$" "staging/$c/Cargo.toml" || fail "staging/$c/Cargo.toml is not at $old"
     done
-    # Their requirement in [workspace.dependencies] (a caret) ...
-    sed -i -E "s/^((k8s-cloud-provider|k8s-controller-manager|k8s-cloud-provider-testkit) = \{ path = \"[^\"]+\", version = )\"$old\"/\1\"$new\"/" Cargo.toml
-    # ... and the sample provider's, which depends on the crates by version as a vendor does.
+    # The other crates' caret requirement ([workspace.dependencies]) is the lowest framework
+    # version they need: it moves only when the new version is not compatible with it (before
+    # 1.0 a new minor), so that a framework patch release needs no release of the providers.
+    # (Raise it by hand when a provider starts using something new.)
+    required=$(sed -n -E 's/^k8s-cloud-provider = \{ path = "[^"]+", version = "([^"]+)" \}$/\1/p' Cargo.toml)
+    compatible() { # compatible A B: B satisfies ^A
+      local a=${1%%-*} b=${2%%-*}
+      IFS=. read -r a1 a2 _ <<<"$a"; IFS=. read -r b1 b2 _ <<<"$b"
+      if [[ $a1 == 0 ]]; then [[ $b1 == 0 && $a2 == "$b2" ]]; else [[ $a1 == "$b1" ]]; fi
+    }
+    if compatible "$required" "$new"; then
+      echo "release: the other crates keep requiring the framework ^$required (compatible with $new)"
+    else
+      sed -i -E "s/^((k8s-cloud-provider|k8s-controller-manager|k8s-cloud-provider-testkit) = \{ path = \"[^\"]+\", version = )\"$required\"/\1\"$new\"/" Cargo.toml
+      echo "release: the other crates now require the framework ^$new ($required is not compatible)"
+    fi
+    # The sample provider depends on the crates by version as a vendor does: the new one.
     sed -i -E "s/^(k8s-cloud-provider|k8s-cloud-provider-testkit) = \"$old\"\$/\1 = \"$new\"/" examples/cloud-provider-sample/Cargo.toml
-    left=$(grep -nE "^(k8s-cloud-provider|k8s-controller-manager|k8s-cloud-provider-testkit) = .*\"=?$old\"" Cargo.toml examples/cloud-provider-sample/Cargo.toml || true)
+    manifests=(examples/cloud-provider-sample/Cargo.toml)
+    for c in "${FRAMEWORK_CRATES[@]}"; do manifests+=("staging/$c/Cargo.toml"); done
+    left=$(grep -nE "\"=$old\"|^(k8s-cloud-provider|k8s-cloud-provider-testkit) = \"$old\"" "${manifests[@]}" || true)
     [[ -z "$left" ]] || fail "requirements of the framework $old left after the bump:"$'\n'"$left"
     cargo update --workspace --offline --quiet
     (cd fuzz && { cargo update --workspace --offline --quiet 2>/dev/null || cargo update --workspace --quiet; })

@@ -158,6 +158,17 @@ impl RealCluster {
     /// later, with the sandbox image; `cloud_ports` (and the API server's) are forwarded from
     /// each node's 127.0.0.1 to the host's.
     pub async fn start(images: Vec<Image>, cloud_ports: &[u16]) -> Result<Self> {
+        Self::start_with(images, cloud_ports, true).await
+    }
+
+    /// As [`RealCluster::start`]; `kcm_allocates_node_cidrs = false` leaves the Nodes' Pod
+    /// CIDRs to someone else (a CCM's node IPAM controller): kube-controller-manager runs with
+    /// `--allocate-node-cidrs=false`, and a node's Pods start only once its Node has one.
+    pub async fn start_with(
+        images: Vec<Image>,
+        cloud_ports: &[u16],
+        kcm_allocates_node_cidrs: bool,
+    ) -> Result<Self> {
         crate::init();
         let dir = tempfile::Builder::new().prefix("rcp-real-cluster-").tempdir()?;
         let d = dir.path().to_path_buf();
@@ -206,7 +217,7 @@ impl RealCluster {
                     cluster.service_account_key().display()
                 ),
                 format!("--root-ca-file={}", cluster.serving_cert().display()),
-                "--allocate-node-cidrs=true".into(),
+                format!("--allocate-node-cidrs={kcm_allocates_node_cidrs}"),
                 format!("--cluster-cidr={cluster_cidr}"),
                 "--node-cidr-mask-size=24".into(),
                 "--configure-cloud-routes=false".into(),
