@@ -143,6 +143,14 @@ if [[ $mode == registry ]]; then
   ((n == ${#crates[@]})) ||
     fail "Cargo.toml's [workspace.dependencies] should list the ${#crates[@]} staged crates as '<name> = { path = …, version = … }'; found $n"
   git update-index --assume-unchanged Cargo.toml
+  # The framework crates name their siblings in their own manifests (exact pins, outside the
+  # workspace's table): those too.
+  while read -r manifest; do
+    if grep -qE "^($pattern) = \{ path" "$manifest"; then
+      sed -i -E "/^($pattern) = \{ path/ s/ \}\$/, registry = \"$registry\" }/" "$manifest"
+      git update-index --assume-unchanged "$manifest"
+    fi
+  done < <(git ls-files 'staging/*Cargo.toml')
 fi
 
 # 1. Package every crate (dependency order, as cargo publishes them) and take its checksum.
