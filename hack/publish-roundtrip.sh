@@ -247,6 +247,6 @@ printf '[workspace]\nresolver = "3"\nmembers = [%s]\n' "$(IFS=,; echo "${framewo
 (cd "$sample" && RUSTC_BOOTSTRAP=1 cargo update --quiet -Z direct-minimal-versions &&
   CARGO_TARGET_DIR="$target" cargo check --quiet --all-targets) >"$work/sample-minimal.log" 2>&1 ||
   { cat "$work/sample-minimal.log"; fail "the sample does not build with the lowest versions its manifest allows (above)"; }
-echo "[publish-roundtrip]   lowest direct versions: $(cd "$minimal" && cargo tree --quiet --depth 1 -e normal --prefix none 2>/dev/null | grep -E '^(kube|k8s-openapi|tokio|hyper|rustls|clap|serde) ' | sort -u | paste -sd, - | sed 's/,/, /g')"
+echo "[publish-roundtrip]   lowest direct versions: $(cd "$minimal" && cargo tree --quiet --depth 1 -e normal --prefix none 2>/dev/null | sed 's/ (\*)$//' | grep -E '^(kube|k8s-openapi|tokio|hyper|rustls|clap|serde) ' | sort -u | paste -sd, - | sed 's/,/, /g')"
 
 step "done"

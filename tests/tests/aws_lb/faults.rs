@@ -3,6 +3,64 @@
 
 use crate::env::*;
 
+/// An environment whose proxy answers the NLB's first `times` `CreateLoadBalancer` requests
+/// with `action`, and an NLB Service `name` made in it, with its ingress set; then checks that
+/// it was made within one sync (no failed sync, `expected_log` in the CCM's log `log_times`
+/// times), that moto saw one `CreateLoadBalancer` and holds one NLB.
+async fn nlb_made_through_create_faults(
+    name: &str,
+    action: Action,
+    times: usize,
+    expected_log: &str,
+    log_times: usize,
+) -> Result<Env> {
+    let env = env_opts(
+        2,
+        EnvOptions {
+            fault_proxy: true,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let proxy = env.proxy.as_ref().expect("proxy");
+    proxy.add(Rule::new(&["Action=CreateLoadBalancer", "Type=network"], action).times(times));
+    env.services
+        .create(
+            &PostParams::default(),
+            &load_balancer_service(name, &[("type", "nlb")], &[(80, "http")]),
+        )
+        .await?;
+    ingress(&env.services, name).await?;
+    assert_eq!(proxy.faulted(), times, "the faults were injected");
+    let log = env._ccm.log();
+    assert_eq!(log.matches(expected_log).count(), log_times, "{}", ccm_tail(&env));
+    assert!(
+        !log.contains(&format!("error syncing default/{name}")),
+        "made within one sync:\n{}",
+        ccm_tail(&env)
+    );
+    let creates = env
+        .moto
+        .actions()
+        .iter()
+        .filter(|a| *a == "CreateLoadBalancer")
+        .count();
+    assert_eq!(creates, 1, "moto saw one CreateLoadBalancer");
+    let lbs = env.moto.elbv2().describe_load_balancers().send().await?;
+    assert_eq!(lbs.load_balancers().len(), 1, "{lbs:?}");
+    Ok(env)
+}
+
+/// Deletes the Service `name` and checks that nothing of it is left.
+async fn delete_and_check_nothing_left(env: &Env, name: &str) -> Result<()> {
+    env.services.delete(name, &DeleteParams::default()).await?;
+    wait_for(&format!("service {name} gone"), T, || async {
+        env.services.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await?;
+    nothing_left(env).await
+}
+
 /// A replaced target group whose deletion fails (`ResourceInUse`, injected by a proxy between
 /// the CCM and moto) is found again by its tags: the Service's deletion keeps its finalizer
 /// while a target group of it is still in use, and completes, leaving nothing, once it is not.
@@ -85,47 +143,17 @@ async fn a_target_group_that_cannot_be_deleted_yet_is_swept_later() -> Result<()
 /// a second NLB of the same name.
 #[tokio::test]
 async fn a_lost_create_answer_makes_no_second_nlb() -> Result<()> {
-    let env = env_opts(
-        2,
-        EnvOptions {
-            fault_proxy: true,
-            ..Default::default()
+    let env = nlb_made_through_create_faults(
+        "twice",
+        Action::LoseAnswer {
+            status: 500,
+            body: "<ErrorResponse><Error><Type>Receiver</Type><Code>InternalFailure</Code><Message>lost</Message></Error><RequestId>fault</RequestId></ErrorResponse>".into(),
         },
+        1,
+        "the NLB was made by the create whose answer was lost",
+        1,
     )
     .await?;
-    let proxy = env.proxy.as_ref().expect("proxy");
-    proxy.add(
-        Rule::new(
-            &["Action=CreateLoadBalancer", "Type=network"],
-            Action::LoseAnswer {
-                status: 500,
-                body: "<ErrorResponse><Error><Type>Receiver</Type><Code>InternalFailure</Code><Message>lost</Message></Error><RequestId>fault</RequestId></ErrorResponse>".into(),
-            },
-        )
-        .times(1),
-    );
-    env.services
-        .create(
-            &PostParams::default(),
-            &load_balancer_service("twice", &[("type", "nlb")], &[(80, "http")]),
-        )
-        .await?;
-    ingress(&env.services, "twice").await?;
-    assert_eq!(proxy.faulted(), 1, "the first answer was lost");
-    let log = env._ccm.log();
-    assert!(
-        log.contains("the NLB was made by the create whose answer was lost")
-            && !log.contains("error syncing default/twice"),
-        "found within the sync that lost the answer:\n{}",
-        ccm_tail(&env)
-    );
-    let creates = env
-        .moto
-        .actions()
-        .iter()
-        .filter(|a| *a == "CreateLoadBalancer")
-        .count();
-    assert_eq!(creates, 1, "CreateLoadBalancer was sent once");
     let v2 = env.moto.elbv2();
     let lbs = v2.describe_load_balancers().send().await?;
     assert_eq!(lbs.load_balancers().len(), 1, "{lbs:?}");
@@ -150,12 +178,7 @@ async fn a_lost_create_answer_makes_no_second_nlb() -> Result<()> {
         ))
         .send()
         .await?;
-    env.services.delete("twice", &DeleteParams::default()).await?;
-    wait_for("service twice gone", T, || async {
-        env.services.get_opt("twice").await.ok()?.is_none().then_some(())
-    })
-    .await?;
-    nothing_left(&env).await
+    delete_and_check_nothing_left(&env, "twice").await
 }
 
 /// A throttled or failed `CreateLoadBalancer` of an NLB (each attempt sent once) is tried again
@@ -163,66 +186,18 @@ async fn a_lost_create_answer_makes_no_second_nlb() -> Result<()> {
 /// NLB is made by the third, with no failed sync and the throttled attempts counted.
 #[tokio::test]
 async fn a_throttled_nlb_create_is_tried_again_within_the_sync() -> Result<()> {
-    let env = env_opts(
-        2,
-        EnvOptions {
-            fault_proxy: true,
-            ..Default::default()
+    let env = nlb_made_through_create_faults(
+        "throttled",
+        Action::Respond {
+            status: 400,
+            body: "<ErrorResponse><Error><Type>Sender</Type><Code>Throttling</Code><Message>Rate exceeded</Message></Error><RequestId>fault</RequestId></ErrorResponse>".into(),
         },
+        2,
+        "creating the NLB failed; looking it up before trying again",
+        2,
     )
     .await?;
-    let proxy = env.proxy.as_ref().expect("proxy");
-    proxy.add(
-        Rule::new(
-            &["Action=CreateLoadBalancer", "Type=network"],
-            Action::Respond {
-                status: 400,
-                body: "<ErrorResponse><Error><Type>Sender</Type><Code>Throttling</Code><Message>Rate exceeded</Message></Error><RequestId>fault</RequestId></ErrorResponse>".into(),
-            },
-        )
-        .times(2),
-    );
-    env.services
-        .create(
-            &PostParams::default(),
-            &load_balancer_service("throttled", &[("type", "nlb")], &[(80, "http")]),
-        )
-        .await?;
-    ingress(&env.services, "throttled").await?;
-    assert_eq!(proxy.faulted(), 2, "two attempts were throttled");
-    let log = env._ccm.log();
-    assert_eq!(
-        log.matches("creating the NLB failed; looking it up before trying again")
-            .count(),
-        2,
-        "{}",
-        ccm_tail(&env)
-    );
-    assert!(
-        !log.contains("error syncing default/throttled"),
-        "made within one sync:\n{}",
-        ccm_tail(&env)
-    );
-    let creates = env
-        .moto
-        .actions()
-        .iter()
-        .filter(|a| *a == "CreateLoadBalancer")
-        .count();
-    assert_eq!(creates, 1, "the throttled attempts never reached moto");
-    let lbs = env.moto.elbv2().describe_load_balancers().send().await?;
-    assert_eq!(lbs.load_balancers().len(), 1, "{lbs:?}");
-    env.services.delete("throttled", &DeleteParams::default()).await?;
-    wait_for("service throttled gone", T, || async {
-        env.services
-            .get_opt("throttled")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await?;
-    nothing_left(&env).await
+    delete_and_check_nothing_left(&env, "throttled").await
 }
 
 /// Throttling the SDK retried is still throttling: every throttled attempt (not only the call's
