@@ -8,7 +8,7 @@
 # (60 s x the throttled share before every request) slows every request down. Prints for each:
 # the time to converge, HTTP requests (amplification against the baseline), provider calls,
 # throttled attempts. CI runs the 30 % mixed form with 2 Services. Each step of a lifecycle may
-# take up to 240 s. The throttling run has --throttle-services Services (default 1) and up to
+# take up to 420 s (six failed syncs in a row back off 315 s). The throttling run has --throttle-services Services (default 1) and up to
 # --throttle-limit seconds a step (default 900): at 12 % throttling every request of the region
 # first waits ~7 s, as upstream's back-off does, so 5 Services' ~400 requests, one Service
 # synced at a time, cannot finish in any useful time. A run that fails (did not converge, left
@@ -40,7 +40,7 @@ failed=()
 run() {
   local log status=0
   log=$(mktemp)
-  RCP_FAULT_SERVICES=${4:-$services} RCP_FAULT_SHARE=$1 RCP_FAULT_KINDS=$2 RCP_FAULT_LIMIT_SECS=${3:-240} \
+  RCP_FAULT_SERVICES=${4:-$services} RCP_FAULT_SHARE=$1 RCP_FAULT_KINDS=$2 RCP_FAULT_LIMIT_SECS=${3:-420} \
     cargo test --quiet -p rcp-e2e --test reliability \
     -- --exact load_balancers_converge_under_30_percent_cloud_faults --nocapture >"$log" 2>&1 || status=$?
   grep -E -A3 '^faults|FAIL|panicked|Error:|did not converge|left behind' "$log" || true
