@@ -564,6 +564,8 @@ start_cloud() {
     for ((i = 0; i < 600; i++)); do kill -0 "$mpid" 2>/dev/null || break; sleep 0.1; done
     ! kill -0 "$mpid" 2>/dev/null || die "mariadbd still running 60 s after its shutdown (log: $RUN/logs/mysql.err)"
     tar -C "$RUN" -cf "$SEED.tmp" mysql keystone/fernet keystone/cred && mv "$SEED.tmp" "$SEED"
+    # Seeds of earlier versions of this script are never used again (~240 MB each).
+    find "$CACHE" -maxdepth 1 -name 'openstack-zed-seed-*.tar' ! -name "$(basename "$SEED")" -delete
     start_cloud
     return
   fi
