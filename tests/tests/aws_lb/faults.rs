@@ -3,6 +3,18 @@
 
 use crate::env::*;
 
+/// An environment of `nodes` machines with the fault proxy between the CCM and moto.
+async fn fault_env(nodes: usize) -> Result<Env> {
+    env_opts(
+        nodes,
+        EnvOptions {
+            fault_proxy: true,
+            ..Default::default()
+        },
+    )
+    .await
+}
+
 /// An environment whose proxy answers the NLB's first `times` `CreateLoadBalancer` requests
 /// with `action`, and an NLB Service `name` made in it, with its ingress set; then checks that
 /// it was made within one sync (no failed sync, `expected_log` in the CCM's log `log_times`
@@ -14,14 +26,7 @@ async fn nlb_made_through_create_faults(
     expected_log: &str,
     log_times: usize,
 ) -> Result<Env> {
-    let env = env_opts(
-        2,
-        EnvOptions {
-            fault_proxy: true,
-            ..Default::default()
-        },
-    )
-    .await?;
+    let env = fault_env(2).await?;
     let proxy = env.proxy.as_ref().expect("proxy");
     proxy.add(Rule::new(&["Action=CreateLoadBalancer", "Type=network"], action).times(times));
     env.services
@@ -66,14 +71,7 @@ async fn delete_and_check_nothing_left(env: &Env, name: &str) -> Result<()> {
 /// while a target group of it is still in use, and completes, leaving nothing, once it is not.
 #[tokio::test]
 async fn a_target_group_that_cannot_be_deleted_yet_is_swept_later() -> Result<()> {
-    let env = env_opts(
-        2,
-        EnvOptions {
-            fault_proxy: true,
-            ..Default::default()
-        },
-    )
-    .await?;
+    let env = fault_env(2).await?;
     let proxy = env.proxy.as_ref().expect("proxy");
     env.services
         .create(
@@ -206,14 +204,7 @@ async fn a_throttled_nlb_create_is_tried_again_within_the_sync() -> Result<()> {
 /// upstream).
 #[tokio::test]
 async fn every_throttled_attempt_counts_not_only_the_final_error() -> Result<()> {
-    let env = env_opts(
-        1,
-        EnvOptions {
-            fault_proxy: true,
-            ..Default::default()
-        },
-    )
-    .await?;
+    let env = fault_env(1).await?;
     let proxy = env.proxy.as_ref().expect("proxy");
     proxy.add(Rule::new(
         &["Action=DescribeLoadBalancers"],
@@ -270,14 +261,7 @@ async fn every_throttled_attempt_counts_not_only_the_final_error() -> Result<()>
 /// found no rule of the NLB any more and never reached the path-MTU step.)
 #[tokio::test]
 async fn a_lost_revoke_answer_leaves_no_rule_behind() -> Result<()> {
-    let env = env_opts(
-        2,
-        EnvOptions {
-            fault_proxy: true,
-            ..Default::default()
-        },
-    )
-    .await?;
+    let env = fault_env(2).await?;
     let proxy = env.proxy.as_ref().expect("proxy");
     env.services
         .create(

@@ -183,15 +183,7 @@ fn legacy_name(canonical: &str) -> &str {
 pub fn controller_registry(spec: &ProviderSpec) -> ControllerRegistry {
     let mut r = ControllerRegistry::new();
     for c in &controllers::CONTROLLERS {
-        let name = spec.name_of_builtin(c.name);
-        let mut aliases = vec![c.legacy_name];
-        aliases.extend_from_slice(c.extra_aliases);
-        if name != c.name {
-            aliases.push(c.name);
-        }
-        for r in spec.renames.iter().filter(|r| r.builtin == c.name) {
-            aliases.extend_from_slice(r.aliases);
-        }
+        let (name, mut aliases) = spec.builtin_names(c);
         // A replacement's own aliases join the built-in's.
         for p in spec
             .controllers

@@ -186,6 +186,16 @@ impl std::fmt::Debug for ProviderSpec {
     }
 }
 
+/// The canonical name of the built-in controller `name` (canonical or short), or
+/// `unknown:<name>` when there is none (kept so that [`ProviderSpec::check`] names the mistake).
+fn builtin_named(name: &str) -> Result<&'static str, &'static str> {
+    controllers::CONTROLLERS
+        .iter()
+        .find(|c| c.name == name || c.legacy_name == name)
+        .map(|c| c.name)
+        .ok_or_else(|| &*Box::leak(format!("unknown:{name}").into_boxed_str()))
+}
+
 impl ProviderSpec {
     /// A spec with every controller on by default. The factory is a closure
     /// `|ctx: FactoryContext| async move { … }` returning `Result<P, E>` for any
@@ -241,19 +251,13 @@ impl ProviderSpec {
     /// that puts its own constructor under the built-in's key of `controllerInitializers`.
     /// [`ProviderSpec::check`] refuses a name that is no built-in controller.
     pub fn replace_controller(mut self, builtin: &str, mut controller: ProviderController) -> Self {
-        match controllers::CONTROLLERS
-            .iter()
-            .find(|c| c.name == builtin || c.legacy_name == builtin)
-        {
-            Some(b) => {
-                controller.name = b.name;
-                self.replaces.push(b.name);
+        match builtin_named(builtin) {
+            Ok(b) => {
+                controller.name = b;
+                self.replaces.push(b);
             }
-            None => {
-                // Kept under its own name; `check` names the mistake.
-                self.replaces
-                    .push(Box::leak(format!("unknown:{builtin}").into_boxed_str()));
-            }
+            // Kept under its own name; `check` names the mistake.
+            Err(unknown) => self.replaces.push(unknown),
         }
         self.controllers.push(controller);
         self
@@ -284,14 +288,8 @@ impl ProviderSpec {
         name: &'static str,
         aliases: &'static [&'static str],
     ) -> Self {
-        let builtin = controllers::CONTROLLERS
-            .iter()
-            .find(|c| c.name == builtin || c.legacy_name == builtin)
-            .map_or_else(
-                // Kept as given; `check` names the mistake.
-                || &*Box::leak(format!("unknown:{builtin}").into_boxed_str()),
-                |c| c.name,
-            );
+        // An unknown name is kept as given; `check` names the mistake.
+        let builtin = builtin_named(builtin).unwrap_or_else(|unknown| unknown);
         self.renames.push(ControllerRename {
             builtin,
             name,
@@ -303,6 +301,21 @@ impl ProviderSpec {
     /// Whether `name` is a built-in controller the provider replaces.
     pub(super) fn replaced(&self, name: &str) -> bool {
         self.replaces.contains(&name)
+    }
+
+    /// The canonical name of the built-in controller `c` in this binary and the other names
+    /// `--controllers` accepts for it: its upstream names, and a rename's aliases.
+    pub(super) fn builtin_names(&self, c: &controllers::ControllerSpec) -> (&'static str, Vec<&'static str>) {
+        let name = self.name_of_builtin(c.name);
+        let mut aliases = vec![c.legacy_name];
+        aliases.extend_from_slice(c.extra_aliases);
+        if name != c.name {
+            aliases.push(c.name);
+        }
+        for r in self.renames.iter().filter(|r| r.builtin == c.name) {
+            aliases.extend_from_slice(r.aliases);
+        }
+        (name, aliases)
     }
 
     /// The canonical name the built-in controller `builtin` has in this binary: its own, or the
@@ -379,19 +392,10 @@ impl ProviderSpec {
             _ => {}
         };
         for c in &controllers::CONTROLLERS {
-            let name = self.name_of_builtin(c.name);
+            let (name, aliases) = self.builtin_names(c);
             claim(name, name);
-            if name != c.name {
-                claim(c.name, name);
-            }
-            claim(c.legacy_name, name);
-            for a in c.extra_aliases {
+            for a in aliases {
                 claim(a, name);
-            }
-            for r in self.renames.iter().filter(|r| r.builtin == c.name) {
-                for a in r.aliases {
-                    claim(a, name);
-                }
             }
         }
         for c in &self.controllers {
