@@ -172,6 +172,12 @@ impl std::fmt::Display for Probes {
 
 /// `curl -sk --max-time 5 https://127.0.0.1:<port>/healthz` once a second for `seconds`.
 async fn probe_loop(port: u16, seconds: u64) -> Probes {
+    probe_loop_within(port, seconds, PROBE_TIMEOUT_SECS).await
+}
+
+/// `curl -sk --max-time <timeout> https://127.0.0.1:<port>/healthz` once a second for
+/// `seconds`.
+async fn probe_loop_within(port: u16, seconds: u64, timeout_secs: u64) -> Probes {
     let mut probes = Probes {
         answered: 0,
         sent: 0,
@@ -183,7 +189,7 @@ async fn probe_loop(port: u16, seconds: u64) -> Probes {
     for second in 0..seconds {
         let start = Instant::now();
         let out = tokio::process::Command::new("curl")
-            .args(["-sk", "--max-time", &PROBE_TIMEOUT_SECS.to_string()])
+            .args(["-sk", "--max-time", &timeout_secs.to_string()])
             .args(["-o", "/dev/null", "-w", "%{http_code}"])
             .arg(format!("https://127.0.0.1:{port}/healthz"))
             .output()
@@ -688,9 +694,10 @@ fn rsa_certificate(dir: &std::path::Path) -> Result<(std::path::PathBuf, std::pa
 
 /// Full TLS handshakes against an RSA-2048 serving key (each costs the server a signature,
 /// 1–2 ms of CPU), as fast as 256 clients at a time from 16 addresses can make them, for
-/// 30 s (aiming at 2,000 a second): every probe (a second each, 1 s to answer) is answered.
-/// Fails without the per-client handshake bound (the flood's handshakes queue ahead of the
-/// probe's on the port's thread).
+/// 30 s (aiming at 2,000 a second): the probe (one a second) is answered within the kubelet's
+/// default timeout of 1 s as the kubelet would judge it (never 3 failures in a row, at least
+/// 90 % answered). Fails without the per-client handshake bound (the flood's handshakes queue
+/// ahead of the probe's on the port's thread).
 #[tokio::test]
 async fn a_flood_of_rsa_handshakes_never_delays_the_probe_past_a_second() -> Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -740,23 +747,8 @@ async fn a_flood_of_rsa_handshakes_never_delays_the_probe_past_a_second() -> Res
         }));
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut answered = 0;
-    let mut slowest = Duration::ZERO;
-    let probes = seconds - 4;
-    for _ in 0..probes {
-        let t = Instant::now();
-        let out = tokio::process::Command::new("curl")
-            .args(["-sk", "--max-time", "1", "-o", "/dev/null", "-w", "%{http_code}"])
-            .arg(format!("https://127.0.0.1:{port}/healthz"))
-            .output()
-            .await;
-        let took = t.elapsed();
-        if out.is_ok_and(|o| o.stdout == b"200") {
-            answered += 1;
-            slowest = slowest.max(took);
-        }
-        tokio::time::sleep(Duration::from_secs(1).saturating_sub(took)).await;
-    }
+    // The kubelet's default probe timeout (1 s), tighter than the shipped manifests' 5 s.
+    let probes = probe_loop_within(port, seconds - 4, 1).await;
     stop.store(true, Ordering::Relaxed);
     for w in workers {
         let _ = w.await;
@@ -767,7 +759,7 @@ async fn a_flood_of_rsa_handshakes_never_delays_the_probe_past_a_second() -> Res
         completed.load(Ordering::Relaxed),
     );
     println!(
-        "secure port, RSA-2048 handshake flood for {secs:.0} s: {attempts} attempted ({:.0}/s), {completed} completed ({:.0}/s); /healthz answered within 1 s {answered} of {probes} probes, slowest {slowest:?}",
+        "secure port, RSA-2048 handshake flood for {secs:.0} s: {attempts} attempted ({:.0}/s), {completed} completed ({:.0}/s); within 1 s {probes}",
         attempts as f64 / secs,
         completed as f64 / secs
     );
@@ -776,11 +768,7 @@ async fn a_flood_of_rsa_handshakes_never_delays_the_probe_past_a_second() -> Res
         "the flood ran: {attempts} attempts"
     );
     assert!(completed >= 1000, "handshakes were made: {completed}");
-    assert!(
-        answered + 1 >= probes as usize,
-        "{answered} of {probes} probes answered\n{}",
-        ccm.log()
-    );
+    assert!(probes.kept_alive(), "{probes}\n{}", ccm.log());
     Ok(())
 }
 
