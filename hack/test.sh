@@ -20,20 +20,28 @@ phase() {
 }
 
 phase "install test servers (Kubernetes and the upstream AWS CCM build in the background)"
-# The Go builds of Kubernetes (both minors) and of the upstream AWS CCM take ~17 min of a cold
-# run. They run in the background while the other servers install and the Rust checks and
-# builds below run, which leave one of the two cores idle much of the time (the AWS SDK's
-# largest crates compile alone); the tests wait for them.
-GO_STEPS="kubernetes kubernetes-oldest aws-ccm helm"
-OTHER_STEPS="moto vcsim docker-registry cargo-deny cargo-nextest cargo-http-registry cargo-semver-checks openstack"
+# The Go builds of Kubernetes and of the upstream AWS CCM take ~15 min of a cold run. They run
+# in the background while the other servers install and the Rust checks and builds below run,
+# which leave one of the two cores idle much of the time (the AWS SDK's largest crates compile
+# alone); the tests wait for them.
+GO_STEPS="kubernetes aws-ccm helm"
+OTHER_STEPS="moto vcsim docker-registry cargo-deny cargo-nextest cargo-http-registry openstack"
+# What only the checks after the main test run need (the oldest minor's Kubernetes, the API
+# check's tool): built beside the tests (see below).
+BESIDE_TESTS_STEPS="kubernetes-oldest cargo-semver-checks"
 GO_BUILDS_LOG="$CACHE/logs/go-builds.log"
 mkdir -p "$CACHE/logs"
-RCP_SKIP="${RCP_SKIP:-} $GO_STEPS $OTHER_STEPS" hack/install-test-deps.sh
+RCP_SKIP="${RCP_SKIP:-} $GO_STEPS $OTHER_STEPS $BESIDE_TESTS_STEPS" hack/install-test-deps.sh
 # In a session of its own, so that a failing step below stops the builds with it.
-RCP_SKIP="${RCP_SKIP:-} apt $OTHER_STEPS" setsid hack/install-test-deps.sh >"$GO_BUILDS_LOG" 2>&1 &
+RCP_SKIP="${RCP_SKIP:-} apt $OTHER_STEPS $BESIDE_TESTS_STEPS" setsid hack/install-test-deps.sh >"$GO_BUILDS_LOG" 2>&1 &
 GO_BUILDS_PID=$!
-trap 'kill -- -"$GO_BUILDS_PID" 2>/dev/null || true' EXIT
-RCP_SKIP="${RCP_SKIP:-} apt $GO_STEPS" hack/install-test-deps.sh
+BESIDE_TESTS_PID=
+stop_background() {
+  kill -- -"$GO_BUILDS_PID" 2>/dev/null || true
+  [[ -z $BESIDE_TESTS_PID ]] || kill -- -"$BESIDE_TESTS_PID" 2>/dev/null || true
+}
+trap stop_background EXIT
+RCP_SKIP="${RCP_SKIP:-} apt $GO_STEPS $BESIDE_TESTS_STEPS" hack/install-test-deps.sh
 export PATH="$CACHE/bin:$PATH"
 
 phase "cargo fetch"
@@ -55,12 +63,13 @@ hack/verify-deps.sh
 phase "release version and changelog (hack/release.sh check)"
 hack/release.sh check
 
-phase "publish round trip: test registry, API check, sample provider, docs.rs build"
-# The staged crates published with the real `cargo publish` to a registry on 127.0.0.1, the
-# same versions refused a second time, cargo-semver-checks against the last release,
-# examples/cloud-provider-sample built from the registry (tests/tests/sample_provider.rs runs
-# it), and each crate as downloaded checked alone and documented as docs.rs builds it.
-hack/publish-roundtrip.sh
+phase "publish round trip: test registry, resumed and refused publishes, the sample provider"
+# The staged crates published with the real `cargo publish` to a registry on 127.0.0.1 (a
+# failure injected and resumed, the same versions again, a changed crate refused, a framework
+# patch release), and examples/cloud-provider-sample built from the registry
+# (tests/tests/sample_provider.rs runs it). The API check and the packaging checks run beside
+# the tests (below).
+hack/publish-roundtrip.sh --skip-semver --until-sample
 
 # (The staged crates' documentation is built with -D warnings by the round trip above, as
 # docs.rs builds it from the published crates.)
@@ -73,8 +82,8 @@ if ! wait "$GO_BUILDS_PID"; then
   cat "$GO_BUILDS_LOG"; echo "[test.sh] building Kubernetes or the upstream AWS CCM failed" >&2; exit 1
 fi
 cat "$GO_BUILDS_LOG"
-# Everything is cached now: this only links bin/ and bin-oldest/ completely.
-hack/install-test-deps.sh | grep -E '^\[install-test-deps\] (done|.*FAILED)'
+# Everything the tests use is cached now: this only links bin/ completely.
+RCP_SKIP="${RCP_SKIP:-} $BESIDE_TESTS_STEPS" hack/install-test-deps.sh | grep -E '^\[install-test-deps\] (done|.*FAILED)'
 
 phase "build the binaries the tests run"
 # Tests start these with `cargo build --bin <name>` (paths::workspace_binary); built here, one by
@@ -90,7 +99,29 @@ phase "start the shared OpenStack (hack/openstack.sh)"
 trap 'hack/openstack.sh stop >/dev/null 2>&1 || true' EXIT
 hack/openstack.sh start >/dev/null
 
-phase "cargo nextest run --workspace"
+phase "cargo nextest run --workspace (the checks that need no test server beside it)"
+# Beside the tests, on CPU they leave idle (SCHED_IDLE: the tests' processes always come
+# first; on 2 cores they leave ~1/3 of it): the oldest minor's Kubernetes build and
+# cargo-semver-checks' (hack/install-test-deps.sh), the API check against the last release
+# (hack/semver-checks.sh) and the packaging checks (hack/publish-roundtrip.sh --packaging-only:
+# each published crate checked alone and documented with the declared rust-version, the lowest
+# versions the manifests allow). In a target directory of their own: the tests' `cargo build`
+# would otherwise wait for their builds' lock.
+BESIDE_TESTS_LOG="$CACHE/logs/beside-tests.log"
+BESIDE_TESTS_TARGET="${CARGO_TARGET_DIR:-$ROOT/target}/beside-tests"
+export BESIDE_TESTS_TARGET
+# SCHED_IDLE where the machine allows it (any user may lower a process's priority), else nice.
+idle_priority=(nice -n 19)
+chrt --idle 0 true 2>/dev/null && idle_priority=(chrt --idle 0)
+setsid "${idle_priority[@]}" bash -c '
+  set -e
+  RCP_SKIP="${RCP_SKIP:-} apt msrv '"$GO_STEPS $OTHER_STEPS"'" hack/install-test-deps.sh
+  export CARGO_TARGET_DIR="$BESIDE_TESTS_TARGET"
+  echo "[test.sh] API check against the last release (hack/semver-checks.sh)"
+  hack/semver-checks.sh
+  hack/publish-roundtrip.sh --packaging-only
+' >"$BESIDE_TESTS_LOG" 2>&1 &
+BESIDE_TESTS_PID=$!
 # Every moto server leaves the IAM actions of the calls our programs made in RCP_AWS_CALLS_DIR
 # (tests/src/moto.rs), checked against the shipped IAM policies after the run.
 RCP_AWS_CALLS_DIR=$(mktemp -d "${TMPDIR:-/tmp}/rcp-aws-calls.XXXXXX")
@@ -104,6 +135,13 @@ if ((${#NEXTEST_ARGS[@]} == 0)); then
 else
   echo "[test.sh] a filtered run: the IAM check needs the whole suite's calls; skipped"
 fi
+
+phase "wait for the checks beside the tests"
+if ! wait "$BESIDE_TESTS_PID"; then
+  cat "$BESIDE_TESTS_LOG"; echo "[test.sh] a check beside the tests failed (above)" >&2; exit 1
+fi
+BESIDE_TESTS_PID=
+grep -E '^\[(install-test-deps|publish-roundtrip|test.sh)\]|^semver-checks:|Summary|Finished' "$BESIDE_TESTS_LOG" || true
 
 phase "the window's oldest minor: core scenarios on $(readlink -f "$CACHE/bin-oldest/kube-apiserver" | sed 's|.*/kubernetes-\(v[^/]*\)/.*|\1|')"
 # The same test binaries with the oldest tested minor's API server, kubelet, controller-manager
