@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Patch, PatchParams, PostParams};
-use rcp_e2e::k8s::{load_balancer_service, wait_for, wait_for_event};
+use rcp_e2e::k8s::{load_balancer_service, wait_for, wait_for_event, wait_for_ingress};
 use serde_json::json;
 
 use crate::env::*;
@@ -56,7 +56,12 @@ async fn the_load_balancer_id_and_address_are_written_back_and_stale_ones_replac
         address.as_str(),
         "the real address"
     );
-    let status = env.services.get("named").await?.status.context("status")?;
+    // The annotations are written with the load balancer, the status after it (as OCCM and
+    // the service controller do): the status may come a moment later.
+    let status = wait_for_ingress(&env.services, "named", T)
+        .await?
+        .status
+        .context("status")?;
     let ingress = status.load_balancer.context("lb")?.ingress.context("ingress")?;
     assert_eq!(ingress[0].hostname.as_deref(), Some("web.example.com"));
 
