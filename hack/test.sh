@@ -37,7 +37,7 @@ RCP_SKIP="${RCP_SKIP:-} apt $OTHER_STEPS $BESIDE_TESTS_STEPS" setsid hack/instal
 GO_BUILDS_PID=$!
 BESIDE_TESTS_PID=
 stop_background() {
-  kill -- -"$GO_BUILDS_PID" 2>/dev/null || true
+  [[ -z $GO_BUILDS_PID ]] || kill -- -"$GO_BUILDS_PID" 2>/dev/null || true
   [[ -z $BESIDE_TESTS_PID ]] || kill -- -"$BESIDE_TESTS_PID" 2>/dev/null || true
 }
 trap stop_background EXIT
@@ -81,6 +81,7 @@ phase "wait for the Kubernetes and upstream AWS CCM builds"
 if ! wait "$GO_BUILDS_PID"; then
   cat "$GO_BUILDS_LOG"; echo "[test.sh] building Kubernetes or the upstream AWS CCM failed" >&2; exit 1
 fi
+GO_BUILDS_PID=
 cat "$GO_BUILDS_LOG"
 # Everything the tests use is cached now: this only links bin/ completely.
 RCP_SKIP="${RCP_SKIP:-} $BESIDE_TESTS_STEPS" hack/install-test-deps.sh | grep -E '^\[install-test-deps\] (done|.*FAILED)'
@@ -96,12 +97,12 @@ done
 phase "start the shared OpenStack (hack/openstack.sh)"
 # One OpenStack for the whole run (the OpenStack tests would start it on first use, under a
 # lock); stopped when this script exits.
-trap 'hack/openstack.sh stop >/dev/null 2>&1 || true' EXIT
+trap 'stop_background; hack/openstack.sh stop >/dev/null 2>&1 || true' EXIT
 hack/openstack.sh start >/dev/null
 
 phase "cargo nextest run --workspace (the checks that need no test server beside it)"
 # Beside the tests, on CPU they leave idle (SCHED_IDLE: the tests' processes always come
-# first; on 2 cores they leave ~1/3 of it): the oldest minor's Kubernetes build and
+# first; on 2 cores they leave ~1/5 of it): the oldest minor's Kubernetes build and
 # cargo-semver-checks' (hack/install-test-deps.sh), the API check against the last release
 # (hack/semver-checks.sh) and the packaging checks (hack/publish-roundtrip.sh --packaging-only:
 # each published crate checked alone and documented with the declared rust-version, the lowest
