@@ -204,9 +204,7 @@ build_kubernetes() {
     ldflags+=" -X $p.gitVersion=$version -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
   done
   rm -rf "$out.tmp" && mkdir -p "$out.tmp"
-  (cd "$mod" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -modcacherw -buildvcs=false" GOGC="$GO_BUILD_GOGC" \
-    GOMODCACHE="$KUBE_GO_CACHE/mod" GOCACHE="${GOCACHE:-$KUBE_GO_CACHE/build}" \
-    run_logged kubernetes "$LOGS/kubernetes.log" "$go" build -trimpath -gcflags=all=-dwarf=false -ldflags "$ldflags" -o "$out.tmp/" "${pkgs[@]}")
+  go_module_build kubernetes "$mod" "$go" -ldflags "$ldflags" -o "$out.tmp/" "${pkgs[@]}"
   if [[ $what == full ]]; then
     # The sandbox every Pod starts with (what the registry.k8s.io/pause image holds), static.
     local src
@@ -222,11 +220,19 @@ build_kubernetes() {
   step kubernetes "built: $("$out/kube-apiserver" --version) in $out"
 }
 KUBE_GO_CACHE="$CACHE/go"
-# The Go builds (Kubernetes, the upstream AWS CCM, helm) are a third of a cold run's CPU. The
-# compiler collects its garbage 4 times less often (GOGC=400: more memory, ~1-2 GB per
-# compile at most, less CPU), and writes no debug information the linker would drop anyway
-# (-ldflags -w).
-GO_BUILD_GOGC=400
+# go_module_build STEP MODULE_DIR GO ARGS...: `GO build ARGS` in MODULE_DIR (its go.mod and
+# go.sum as committed, nothing fetched but modules), Go's caches in the project cache, logged to
+# $LOGS/STEP.log. The Go builds (Kubernetes, the upstream AWS CCM, helm) are a third of a cold
+# run's CPU: the compiler collects its garbage 4 times less often (GOGC=400: more memory, ~1-2 GB
+# per compile at most, less CPU) and writes no debug information (the linker drops it anyway
+# with -w).
+go_module_build() {
+  local name=$1 mod=$2 go=$3; shift 3
+  mkdir -p "$KUBE_GO_CACHE/mod" "$KUBE_GO_CACHE/build"
+  (cd "$mod" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -modcacherw -buildvcs=false" GOGC=400 \
+    GOMODCACHE="$KUBE_GO_CACHE/mod" GOCACHE="${GOCACHE:-$KUBE_GO_CACHE/build}" \
+    run_logged "$name" "$LOGS/$name.log" "$go" build -trimpath -gcflags=all=-dwarf=false "$@")
+}
 
 # ---------------------------------------------------------------------------------------------
 # 2. Kubernetes from Go modules (hack/kube/go.mod pins the one version, go.sum is committed):
@@ -264,11 +270,9 @@ if ! skipped aws-ccm; then
     go=$(modern_go "$AWS_CCM_MODULE_DIR")
     step aws-ccm "building aws-cloud-controller-manager $AWS_CCM_VERSION from k8s.io/cloud-provider-aws (~3 min after Kubernetes)"
     rm -rf "$AWS_CCM_DIR.tmp" && mkdir -p "$AWS_CCM_DIR.tmp" "$KUBE_GO_CACHE/mod" "$KUBE_GO_CACHE/build"
-    (cd "$AWS_CCM_MODULE_DIR" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -modcacherw -buildvcs=false" GOGC="$GO_BUILD_GOGC" \
-      GOMODCACHE="$KUBE_GO_CACHE/mod" GOCACHE="${GOCACHE:-$KUBE_GO_CACHE/build}" \
-      run_logged aws-ccm "$LOGS/aws-ccm.log" "$go" build -trimpath -gcflags=all=-dwarf=false \
-        -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$AWS_CCM_VERSION" \
-        -o "$AWS_CCM_DIR.tmp/aws-cloud-controller-manager" k8s.io/cloud-provider-aws/cmd/aws-cloud-controller-manager)
+    go_module_build aws-ccm "$AWS_CCM_MODULE_DIR" "$go" \
+      -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$AWS_CCM_VERSION" \
+      -o "$AWS_CCM_DIR.tmp/aws-cloud-controller-manager" k8s.io/cloud-provider-aws/cmd/aws-cloud-controller-manager
     echo "$stamp" > "$AWS_CCM_DIR.tmp/.stamp"
     rm -rf "$AWS_CCM_DIR" && mv "$AWS_CCM_DIR.tmp" "$AWS_CCM_DIR"
     step aws-ccm "built: aws-cloud-controller-manager $AWS_CCM_VERSION"
@@ -290,11 +294,9 @@ if ! skipped helm; then
     go=$(modern_go "$HELM_MODULE_DIR")
     step helm "building helm $HELM_VERSION from helm.sh/helm/v3 (~1 min after Kubernetes)"
     rm -rf "$HELM_DIR.tmp" && mkdir -p "$HELM_DIR.tmp" "$KUBE_GO_CACHE/mod" "$KUBE_GO_CACHE/build"
-    (cd "$HELM_MODULE_DIR" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -modcacherw -buildvcs=false" GOGC="$GO_BUILD_GOGC" \
-      GOMODCACHE="$KUBE_GO_CACHE/mod" GOCACHE="${GOCACHE:-$KUBE_GO_CACHE/build}" \
-      run_logged helm "$LOGS/helm.log" "$go" build -trimpath -gcflags=all=-dwarf=false \
-        -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
-        -o "$HELM_DIR.tmp/helm" helm.sh/helm/v3/cmd/helm)
+    go_module_build helm "$HELM_MODULE_DIR" "$go" \
+      -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+      -o "$HELM_DIR.tmp/helm" helm.sh/helm/v3/cmd/helm
     echo "$stamp" > "$HELM_DIR.tmp/.stamp"
     rm -rf "$HELM_DIR" && mv "$HELM_DIR.tmp" "$HELM_DIR"
     step helm "built: helm $HELM_VERSION"
@@ -385,12 +387,13 @@ fi
 # opt-level 1: a test tool needs no smallest, fastest binary (what they spend their time on is
 # waiting for rustc, the tests and the registry), and on 2 cores these builds are most of a
 # cold install (cargo-nextest: ~14 min with its own profile, beside the Kubernetes builds).
-CHEAP_RELEASE=(env CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
-  CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=debuginfo)
-# cargo-nextest and cargo-http-registry spend their time waiting on processes and sockets: not
-# optimised at all (about a quarter less build time than opt-level 1).
-UNOPTIMISED_RELEASE=(env CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
-  CARGO_PROFILE_RELEASE_OPT_LEVEL=0 CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=debuginfo)
+# cargo-nextest and cargo-http-registry spend their time waiting on processes and sockets:
+# opt-level 0 for them (about a quarter less build time than 1).
+# tool_release OPT_LEVEL: the environment of such a build, to prefix `cargo install` with.
+tool_release() {
+  echo env CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+    "CARGO_PROFILE_RELEASE_OPT_LEVEL=$1" CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=debuginfo
+}
 # One target directory for the four tools: a dependency they share at the same version and
 # features (tokio, serde, syn, clap, regex, …) is built once, not once per tool. Removed once
 # the last tool is installed.
@@ -419,7 +422,7 @@ if ! skipped cargo-deny; then
     step cargo-deny "cached: $("$CD_DIR/bin/cargo-deny" --version)"
   else
     step cargo-deny "cargo install --locked cargo-deny $CARGO_DENY_VERSION (~5 min)"
-    run_logged cargo-deny "$LOGS/cargo-deny.log" "${CHEAP_RELEASE[@]}" cargo install --locked --root "$CD_DIR" \
+    run_logged cargo-deny "$LOGS/cargo-deny.log" $(tool_release 1) cargo install --locked --root "$CD_DIR" \
       --target-dir "$TOOLS_TARGET" cargo-deny --version "$CARGO_DENY_VERSION"
     step cargo-deny "installed: $("$CD_DIR/bin/cargo-deny" --version)"
   fi
@@ -437,7 +440,7 @@ if ! skipped cargo-nextest; then
     ln -sfn "$NT_DIR/bin/cargo-nextest" "$BIN/cargo-nextest"
   else
     step cargo-nextest "cargo install --locked cargo-nextest $CARGO_NEXTEST_VERSION (~6 min)"
-    run_logged cargo-nextest "$LOGS/cargo-nextest.log" "${UNOPTIMISED_RELEASE[@]}" cargo install --locked --root "$NT_DIR" \
+    run_logged cargo-nextest "$LOGS/cargo-nextest.log" $(tool_release 0) cargo install --locked --root "$NT_DIR" \
       --target-dir "$TOOLS_TARGET" --no-default-features --features default-no-update \
       cargo-nextest --version "$CARGO_NEXTEST_VERSION"
     ln -sfn "$NT_DIR/bin/cargo-nextest" "$BIN/cargo-nextest"
@@ -449,24 +452,22 @@ fi
 # 6b. The publishing tools: cargo-http-registry (a crates.io-compatible registry with the
 #     publish API, serving a local directory on 127.0.0.1; hack/publish-roundtrip.sh) and
 #     cargo-semver-checks (hack/semver-checks.sh), pinned.
-# cargo_tool STEP CRATE VERSION MINUTES [PROFILE]: installs CRATE VERSION (its binary named
-# CRATE) once, built with PROFILE (CHEAP_RELEASE or UNOPTIMISED_RELEASE; default CHEAP_RELEASE).
+# cargo_tool STEP CRATE VERSION MINUTES [OPT_LEVEL]: installs CRATE VERSION (its binary named
+# CRATE) once, built at OPT_LEVEL (default 1).
 cargo_tool() {
-  local name=$1 crate=$2 version=$3 minutes=$4 dir="$CACHE/$2-$3" profile=CHEAP_RELEASE
-  [[ -n ${5:-} ]] && profile=$5
-  local -n profile_env=$profile
+  local name=$1 crate=$2 version=$3 minutes=$4 dir="$CACHE/$2-$3" opt_level=${5:-1}
   skipped "$name" && return 0
   if [[ -x "$dir/bin/$crate" ]]; then
     step "$name" "cached: $crate $version"
   else
     step "$name" "cargo install --locked $crate $version (~$minutes min)"
-    run_logged "$name" "$LOGS/$name.log" "${profile_env[@]}" cargo install --locked --root "$dir" \
+    run_logged "$name" "$LOGS/$name.log" $(tool_release "$opt_level") cargo install --locked --root "$dir" \
       --target-dir "$TOOLS_TARGET" "$crate" --version "$version"
     step "$name" "installed: $crate $version"
   fi
   ln -sfn "$dir/bin/$crate" "$BIN/$crate"
 }
-cargo_tool cargo-http-registry cargo-http-registry "$CARGO_HTTP_REGISTRY_VERSION" 2 UNOPTIMISED_RELEASE
+cargo_tool cargo-http-registry cargo-http-registry "$CARGO_HTTP_REGISTRY_VERSION" 2 0
 cargo_tool cargo-semver-checks cargo-semver-checks "$CARGO_SEMVER_CHECKS_VERSION" 10
 # Kept for cargo-semver-checks when a run leaves it for later (hack/test.sh builds it beside
 # the tests): what it shares with the others is built already.
