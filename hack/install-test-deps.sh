@@ -384,15 +384,17 @@ if ! skipped docker-registry; then
 fi
 
 # The test tools are built without their crates' fat LTO and single codegen unit, and at
-# opt-level 1: a test tool needs no smallest, fastest binary (what they spend their time on is
+# opt-level 0: a test tool needs no smallest, fastest binary (what they spend their time on is
 # waiting for rustc, the tests and the registry), and on 2 cores these builds are most of a
 # cold install (cargo-nextest: ~14 min with its own profile, beside the Kubernetes builds).
-# cargo-nextest and cargo-http-registry spend their time waiting on processes and sockets:
-# opt-level 0 for them (about a quarter less build time than 1).
-# tool_release OPT_LEVEL: the environment of such a build, to prefix `cargo install` with.
+# Measured on an idle 2-core machine: cargo-deny 50 s at opt-level 0, 87 s at 1, and
+# hack/verify-deps.sh takes 1.9 s with either; cargo-semver-checks 102 s at 0 (~13 min at 1
+# beside the Kubernetes build), its comparisons a fraction of a second of hack/semver-checks.sh
+# (the rustdoc builds are the rest).
+# tool_release: the environment of such a build, to prefix `cargo install` with.
 tool_release() {
   echo env CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
-    "CARGO_PROFILE_RELEASE_OPT_LEVEL=$1" CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=debuginfo
+    CARGO_PROFILE_RELEASE_OPT_LEVEL=0 CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=debuginfo
 }
 # One target directory for the four tools: a dependency they share at the same version and
 # features (tokio, serde, syn, clap, regex, …) is built once, not once per tool. Removed once
@@ -421,8 +423,8 @@ if ! skipped cargo-deny; then
   if [[ -x "$CD_DIR/bin/cargo-deny" ]] && "$CD_DIR/bin/cargo-deny" --version 2>/dev/null | grep -q "$CARGO_DENY_VERSION"; then
     step cargo-deny "cached: $("$CD_DIR/bin/cargo-deny" --version)"
   else
-    step cargo-deny "cargo install --locked cargo-deny $CARGO_DENY_VERSION (~5 min)"
-    run_logged cargo-deny "$LOGS/cargo-deny.log" $(tool_release 1) cargo install --locked --root "$CD_DIR" \
+    step cargo-deny "cargo install --locked cargo-deny $CARGO_DENY_VERSION (~1 min)"
+    run_logged cargo-deny "$LOGS/cargo-deny.log" $(tool_release) cargo install --locked --root "$CD_DIR" \
       --target-dir "$TOOLS_TARGET" cargo-deny --version "$CARGO_DENY_VERSION"
     step cargo-deny "installed: $("$CD_DIR/bin/cargo-deny" --version)"
   fi
@@ -440,7 +442,7 @@ if ! skipped cargo-nextest; then
     ln -sfn "$NT_DIR/bin/cargo-nextest" "$BIN/cargo-nextest"
   else
     step cargo-nextest "cargo install --locked cargo-nextest $CARGO_NEXTEST_VERSION (~6 min)"
-    run_logged cargo-nextest "$LOGS/cargo-nextest.log" $(tool_release 0) cargo install --locked --root "$NT_DIR" \
+    run_logged cargo-nextest "$LOGS/cargo-nextest.log" $(tool_release) cargo install --locked --root "$NT_DIR" \
       --target-dir "$TOOLS_TARGET" --no-default-features --features default-no-update \
       cargo-nextest --version "$CARGO_NEXTEST_VERSION"
     ln -sfn "$NT_DIR/bin/cargo-nextest" "$BIN/cargo-nextest"
@@ -452,23 +454,22 @@ fi
 # 6b. The publishing tools: cargo-http-registry (a crates.io-compatible registry with the
 #     publish API, serving a local directory on 127.0.0.1; hack/publish-roundtrip.sh) and
 #     cargo-semver-checks (hack/semver-checks.sh), pinned.
-# cargo_tool STEP CRATE VERSION MINUTES [OPT_LEVEL]: installs CRATE VERSION (its binary named
-# CRATE) once, built at OPT_LEVEL (default 1).
+# cargo_tool STEP CRATE VERSION MINUTES: installs CRATE VERSION (its binary named CRATE) once.
 cargo_tool() {
-  local name=$1 crate=$2 version=$3 minutes=$4 dir="$CACHE/$2-$3" opt_level=${5:-1}
+  local name=$1 crate=$2 version=$3 minutes=$4 dir="$CACHE/$2-$3"
   skipped "$name" && return 0
   if [[ -x "$dir/bin/$crate" ]]; then
     step "$name" "cached: $crate $version"
   else
     step "$name" "cargo install --locked $crate $version (~$minutes min)"
-    run_logged "$name" "$LOGS/$name.log" $(tool_release "$opt_level") cargo install --locked --root "$dir" \
+    run_logged "$name" "$LOGS/$name.log" $(tool_release) cargo install --locked --root "$dir" \
       --target-dir "$TOOLS_TARGET" "$crate" --version "$version"
     step "$name" "installed: $crate $version"
   fi
   ln -sfn "$dir/bin/$crate" "$BIN/$crate"
 }
-cargo_tool cargo-http-registry cargo-http-registry "$CARGO_HTTP_REGISTRY_VERSION" 2 0
-cargo_tool cargo-semver-checks cargo-semver-checks "$CARGO_SEMVER_CHECKS_VERSION" 10
+cargo_tool cargo-http-registry cargo-http-registry "$CARGO_HTTP_REGISTRY_VERSION" 2
+cargo_tool cargo-semver-checks cargo-semver-checks "$CARGO_SEMVER_CHECKS_VERSION" 2
 # Kept for cargo-semver-checks when a run leaves it for later (hack/test.sh builds it beside
 # the tests): what it shares with the others is built already.
 skipped cargo-semver-checks || rm -rf "$TOOLS_TARGET"
