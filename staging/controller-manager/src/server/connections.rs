@@ -69,7 +69,11 @@ pub struct ConnectionLimits {
     pub max_connection_age: Duration,
     /// Serve HTTP/1.1 only (`--disable-http2-serving`).
     pub http1_only: bool,
-    /// TLS handshakes past the client's hello in progress at once.
+    /// TLS handshakes past the client's hello in progress at once (a client's first is
+    /// always let in). Default 16: the port's one thread signs for each of them in turn, and
+    /// a handshake in progress waits for the others' signatures at each of its round trips
+    /// (with 64, an RSA-2048 flood from 16 addresses made the probe's handshake take up to
+    /// ~1 s on a loaded 2-core machine); one thread signs only ~600 a second anyway.
     pub max_handshakes: usize,
     /// TLS handshakes past the client's hello in progress at once for one client.
     pub max_handshakes_per_client: usize,
@@ -86,7 +90,7 @@ impl Default for ConnectionLimits {
             http2_max_concurrent_streams: 16,
             max_connection_age: Duration::from_secs(300),
             http1_only: false,
-            max_handshakes: 64,
+            max_handshakes: 16,
             max_handshakes_per_client: 4,
         }
     }
