@@ -100,3 +100,25 @@ fi
 if ((${#bumped[@]})); then
   cargo semver-checks check-release "${bumped[@]}" --baseline-root "$work/baseline"
 fi
+
+# The check's own check: while every crate is bumped past the release (0.1.0 -> 0.2.0 skips every
+# lint as a major change), the checks above pass whatever changed. A copy of a released crate
+# with one public function made private must fail a patch release's rules, or the wiring (the
+# baseline, the k8s-openapi version, the tool) is broken.
+planted=vsphere-api
+if [[ -n "${baseline_version[$planted]:-}" ]]; then
+  copy="$work/planted/$planted"
+  mkdir -p "$work/planted"
+  cp -r "$work/baseline/$planted-${baseline_version[$planted]}" "$copy"
+  grep -q '^pub fn error_chain(' "$copy/src/lib.rs" ||
+    fail "self-test: $planted ${baseline_version[$planted]} has no 'pub fn error_chain(' in src/lib.rs to make private"
+  sed -i 's/^pub fn error_chain(/pub(crate) fn error_chain(/' "$copy/src/lib.rs"
+  if cargo semver-checks check-release --manifest-path "$copy/Cargo.toml" --baseline-root "$work/baseline" \
+    --release-type patch >"$work/planted.log" 2>&1; then
+    cat "$work/planted.log"
+    fail "self-test: $planted with error_chain made private passed a patch release's rules: the API check cannot fail"
+  fi
+  grep -q 'function_missing' "$work/planted.log" || {
+    cat "$work/planted.log"; fail "self-test: the check failed, but not on the removed function (above)"; }
+  echo "semver-checks: self-test: a public function made private in $planted fails a patch release (function_missing)"
+fi
