@@ -44,6 +44,15 @@ stop_background() {
   [[ -z $BESIDE_TESTS_PID ]] || kill -- -"$BESIDE_TESTS_PID" 2>/dev/null || true
 }
 trap stop_background EXIT
+# await_background PID_VAR LOG FAILURE: waits for the job whose PID is in PID_VAR (then cleared,
+# so stop_background leaves it alone); when it failed, prints LOG and FAILURE and exits.
+await_background() {
+  local pid=${!1}
+  if ! wait "$pid"; then
+    cat "$2"; echo "[test.sh] $3" >&2; exit 1
+  fi
+  printf -v "$1" ''
+}
 RCP_SKIP="${RCP_SKIP:-} apt $GO_STEPS $BESIDE_TESTS_STEPS" hack/install-test-deps.sh
 export PATH="$CACHE/bin:$PATH"
 # One OpenStack for the whole run (the OpenStack tests would start it on first use, under a
@@ -88,10 +97,7 @@ phase "doc tests of the staged crates"
 cargo test --doc --locked --quiet -p k8s-cloud-provider -p k8s-controller-manager -p vsphere-api
 
 phase "wait for the Kubernetes and upstream AWS CCM builds"
-if ! wait "$GO_BUILDS_PID"; then
-  cat "$GO_BUILDS_LOG"; echo "[test.sh] building Kubernetes or the upstream AWS CCM failed" >&2; exit 1
-fi
-GO_BUILDS_PID=
+await_background GO_BUILDS_PID "$GO_BUILDS_LOG" "building Kubernetes or the upstream AWS CCM failed"
 cat "$GO_BUILDS_LOG"
 # Everything the tests use is cached now: this only links bin/ completely.
 RCP_SKIP="${RCP_SKIP:-} $BESIDE_TESTS_STEPS" hack/install-test-deps.sh | grep -E '^\[install-test-deps\] (done|.*FAILED)'
@@ -105,10 +111,7 @@ for bin in cloud-controller-manager-aws cloud-controller-manager-vsphere cloud-c
 done
 
 phase "wait for the shared OpenStack (hack/openstack.sh)"
-if ! wait "$OPENSTACK_PID"; then
-  cat "$OPENSTACK_LOG"; echo "[test.sh] hack/openstack.sh start failed" >&2; exit 1
-fi
-OPENSTACK_PID=
+await_background OPENSTACK_PID "$OPENSTACK_LOG" "hack/openstack.sh start failed"
 
 phase "build the tests (cargo nextest run --no-run)"
 # Built before the work beside the tests starts: at idle priority it still slowed this build
@@ -154,10 +157,7 @@ else
 fi
 
 phase "wait for the checks beside the tests"
-if ! wait "$BESIDE_TESTS_PID"; then
-  cat "$BESIDE_TESTS_LOG"; echo "[test.sh] a check beside the tests failed (above)" >&2; exit 1
-fi
-BESIDE_TESTS_PID=
+await_background BESIDE_TESTS_PID "$BESIDE_TESTS_LOG" "a check beside the tests failed (above)"
 grep -E '^\[(install-test-deps|publish-roundtrip|test.sh)\]|^semver-checks:|Summary|Finished' "$BESIDE_TESTS_LOG" || true
 
 phase "the window's oldest minor: core scenarios on $(readlink -f "$CACHE/bin-oldest/kube-apiserver" | sed 's|.*/kubernetes-\(v[^/]*\)/.*|\1|')"
