@@ -41,8 +41,8 @@ run() {
   local log status=0
   log=$(mktemp)
   RCP_FAULT_SERVICES=${4:-$services} RCP_FAULT_SHARE=$1 RCP_FAULT_KINDS=$2 RCP_FAULT_LIMIT_SECS=${3:-420} \
-    cargo test --quiet -p rcp-e2e --test reliability \
-    -- --exact load_balancers_converge_under_30_percent_cloud_faults --nocapture >"$log" 2>&1 || status=$?
+    cargo test --quiet -p rcp-e2e --test e2e \
+    -- --exact reliability::load_balancers_converge_under_30_percent_cloud_faults --nocapture >"$log" 2>&1 || status=$?
   grep -E -A3 '^faults|FAIL|panicked|Error:|did not converge|left behind' "$log" || true
   if ((status != 0)); then
     failed+=("$1 $2")

@@ -21,5 +21,5 @@ while (($#)); do
 done
 hack/install-test-deps.sh >/dev/null
 cargo build --quiet "${profile[@]}" --bin cloud-controller-manager-aws
-RCP_CRASH_TRIALS=$trials exec cargo test --quiet -p rcp-e2e --test reliability \
-  -- --exact crash_trials_leave_no_leaked_or_duplicated_cloud_resources --nocapture
+RCP_CRASH_TRIALS=$trials exec cargo test --quiet -p rcp-e2e --test e2e \
+  -- --exact reliability::crash_trials_leave_no_leaked_or_duplicated_cloud_resources --nocapture

@@ -1,6 +1,6 @@
 //! Classic ELBs: annotations, listeners and health checks, subnets, the VPC from IMDS.
 
-use crate::env::*;
+use crate::aws_lb::env::*;
 
 #[tokio::test]
 async fn classic_elb_with_annotations_follows_nodes_and_leaves_nothing_behind() -> Result<()> {

@@ -1,7 +1,7 @@
 //! Answers a proxy between the CCM and moto alters: a target group still in use, a lost
 //! create answer, throttling.
 
-use crate::env::*;
+use crate::aws_lb::env::*;
 
 /// An environment of `nodes` machines with the fault proxy between the CCM and moto.
 async fn fault_env(nodes: usize) -> Result<Env> {

@@ -1,6 +1,6 @@
 //! AWS load balancers: `cloud-controller-manager-aws` as a real process on kube-apiserver and
-//! moto, asserted on the moto resources. One test binary, split along the concepts: Classic
-//! ELBs, NLBs, security groups, and answers altered by a fault proxy.
+//! moto, asserted on the moto resources, split along the concepts: Classic ELBs, NLBs,
+//! security groups, and answers altered by a fault proxy.
 
 mod classic;
 mod env;

@@ -1,6 +1,6 @@
 //! NLBs: target groups, targets and listeners, and switches between load-balancer types.
 
-use crate::env::*;
+use crate::aws_lb::env::*;
 
 #[tokio::test]
 async fn nlb_with_target_groups_targets_and_node_rules_and_a_type_switch_leave_nothing() -> Result<()> {

@@ -1,7 +1,7 @@
 //! Security groups: the node group's rules (path-MTU rules shared by NLBs), managed and
 //! bring-your-own load-balancer groups, users' groups and `shared` tags, never modified.
 
-use crate::env::*;
+use crate::aws_lb::env::*;
 
 /// Descriptions of the node group's ICMP 3/4 (path-MTU) rules from `cidr`.
 async fn mtu_rules(env: &Env, cidr: &str) -> Result<Vec<String>> {

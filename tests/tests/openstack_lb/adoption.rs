@@ -9,7 +9,7 @@ use rcp_e2e::{
 };
 use serde_json::json;
 
-use crate::env::*;
+use crate::openstack_lb::env::*;
 
 /// A load balancer named `lb_name` made for the Service `service` (already a NodePort Service)
 /// exactly as OCCM leaves one: the load balancer tagged with the Service's current load

@@ -12,7 +12,7 @@ use rcp_e2e::{
 };
 use serde_json::json;
 
-use crate::env::*;
+use crate::openstack_lb::env::*;
 
 /// OCCM's listener, pool, monitor and status annotations, read back from Octavia: connection
 /// limit and timeouts on the listener, PROXY protocol on the pool, the monitor's settings, the

@@ -9,7 +9,7 @@ use rcp_e2e::{
     k8s::{load_balancer_service, wait_for_event},
 };
 
-use crate::env::*;
+use crate::openstack_lb::env::*;
 
 /// With `internal-lb = true` a Service annotated `openstack-internal-load-balancer: "false"`
 /// stays internal (as OCCM: the cloud's admin keeps every load balancer in): its address is

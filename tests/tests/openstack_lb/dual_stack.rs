@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::{Api, api::PostParams};
 use rcp_e2e::k8s::{load_balancer_service, wait_for};
 
-use crate::env::*;
+use crate::openstack_lb::env::*;
 
 /// On a dual-stack cluster whose Node has an InternalIP of each family (nova's server on a
 /// network with an IPv4 and an IPv6 subnet), with a config that names no subnet and no

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use rcp_e2e::k8s::{ingress_ip, wait_for_event};
 
-use crate::env::*;
+use crate::openstack_lb::env::*;
 
 /// A user's own floating IP named in `spec.loadBalancerIP` is attached to the load balancer's
 /// VIP port and is the Service's address; a second Service asking for it while it is attached

@@ -1,7 +1,7 @@
 //! Octavia load balancers of `cloud-controller-manager-openstack` in the states and with the
-//! floating IPs of a real cloud (`hack/openstack.sh`). One test binary, split along the
-//! concepts: floating IPs, Octavia's states, shadow mode and orphans, annotations, adoption
-//! from OCCM, and load balancers shared between Services.
+//! floating IPs of a real cloud (`hack/openstack.sh`), split along the concepts: floating IPs,
+//! Octavia's states, shadow mode and orphans, annotations, adoption from OCCM, and load
+//! balancers shared between Services.
 
 mod adoption;
 mod annotations;

@@ -7,7 +7,7 @@ use kube::api::PostParams;
 use rcp_e2e::k8s::load_balancer_service;
 use serde_json::json;
 
-use crate::env::*;
+use crate::openstack_lb::env::*;
 
 fn annotated(name: &str, annotations: &[(&str, &str)]) -> k8s_openapi::api::core::v1::Service {
     let mut svc = load_balancer_service(name, &[], &[(80, "http")]);

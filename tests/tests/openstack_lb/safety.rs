@@ -11,7 +11,7 @@ use kube::{
 use rcp_e2e::k8s::{initialised, tainted_node, wait_for};
 use serde_json::json;
 
-use crate::env::*;
+use crate::openstack_lb::env::*;
 
 /// Shadow mode (`--dry-run`) writes nothing in OpenStack: the controllers announce the load
 /// balancer they would make, and nova, neutron and octavia (each behind the project's proxy)

@@ -17,7 +17,7 @@ use rcp_e2e::{
 };
 use serde_json::{Value, json};
 
-use crate::env::*;
+use crate::openstack_lb::env::*;
 
 /// The security groups of that name.
 async fn groups_named(env: &Env, name: &str) -> Result<Vec<Value>> {
@@ -248,7 +248,7 @@ async fn an_occm_security_group_is_kept_with_the_option_off_and_orphans_find_it_
         env.services.get_opt("legacy").await.ok()?.is_none().then_some(())
     })
     .await?;
-    let (code, out) = crate::safety::orphans(&env, "lb-sg-occm", &[]).await?;
+    let (code, out) = crate::openstack_lb::safety::orphans(&env, "lb-sg-occm", &[]).await?;
     assert_eq!(code, 0, "{out}");
     let groups: Vec<&str> = out
         .lines()
@@ -257,7 +257,8 @@ async fn an_occm_security_group_is_kept_with_the_option_off_and_orphans_find_it_
     assert_eq!(groups.len(), 1, "OCCM's, not the other cluster's: {out}");
     assert!(groups[0].contains(&group), "{out}");
 
-    let (code, out) = crate::safety::orphans(&env, "lb-sg-occm", &["--delete", "--yes"]).await?;
+    let (code, out) =
+        crate::openstack_lb::safety::orphans(&env, "lb-sg-occm", &["--delete", "--yes"]).await?;
     assert_eq!(code, 0, "{out}");
     let name = format!("lb-sg-{uid}-default-legacy");
     assert!(groups_named(&env, &name).await?.is_empty(), "deleted");

@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use kube::api::{DeleteParams, PostParams};
 use rcp_e2e::k8s::{load_balancer_service, wait_for, wait_for_event};
 
-use crate::env::*;
+use crate::openstack_lb::env::*;
 
 const LB_ID: &str = "loadbalancer.openstack.org/load-balancer-id";
 

@@ -9,7 +9,7 @@ use rcp_e2e::{
 };
 use serde_json::json;
 
-use crate::env::*;
+use crate::openstack_lb::env::*;
 
 /// A load balancer that served and went into `ERROR` is left as it is (it may still serve) with
 /// a Warning saying so; deleting the Service deletes it (Octavia deletes a load balancer in

@@ -10,7 +10,7 @@ use rcp_e2e::{
 };
 use serde_json::{Value, json};
 
-use crate::env::*;
+use crate::openstack_lb::env::*;
 
 const TLS_REF: &str = "loadbalancer.openstack.org/default-tls-container-ref";
 

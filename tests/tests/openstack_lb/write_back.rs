@@ -7,7 +7,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use rcp_e2e::k8s::{load_balancer_service, wait_for, wait_for_event, wait_for_ingress};
 use serde_json::json;
 
-use crate::env::*;
+use crate::openstack_lb::env::*;
 
 const ID: &str = "loadbalancer.openstack.org/load-balancer-id";
 const ADDRESS: &str = "loadbalancer.openstack.org/load-balancer-address";
