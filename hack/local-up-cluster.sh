@@ -40,7 +40,7 @@ skip="${RCP_SKIP:-} kubernetes-oldest aws-ccm helm msrv cargo-deny cargo-nextest
 [[ $provider == openstack ]] || skip+=" openstack"
 RCP_SKIP="$skip" hack/install-test-deps.sh | grep -v 'cached' || true
 # The image is the release build, as users run it (its first build takes ~15 min on 2 cores);
-# RCP_IMAGE_PROFILE=dev for a quicker debug build (CI's smoke runs).
+# RCP_IMAGE_PROFILE=dev for a quicker debug build (CI's smoke runs: tests/tests/real_cluster_local_up.rs).
 export RCP_IMAGE_PROFILE=${RCP_IMAGE_PROFILE:-release}
 echo "[local-up-cluster] the CCM image is the $RCP_IMAGE_PROFILE build of cloud-controller-manager-$provider"
 cargo build --quiet --locked --bin local-up-cluster

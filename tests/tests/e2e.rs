@@ -34,6 +34,7 @@ mod openstack_doctor;
 mod openstack_lb;
 mod openstack_scale;
 mod real_cluster;
+mod real_cluster_local_up;
 mod real_cluster_node_ipam;
 mod reliability;
 mod sample_provider;
