@@ -44,3 +44,24 @@ mod user_texts;
 mod vsphere;
 mod vsphere_doctor;
 mod vsphere_safety;
+
+/// Every file and directory of `tests/tests` is a module of this binary: with `autotests = false`
+/// (tests/Cargo.toml), a test file not declared above would never be compiled or run.
+#[test]
+fn every_test_file_is_a_module_of_this_binary() {
+    let this = include_str!("e2e.rs");
+    let dir = rcp_e2e::paths::workspace_root().join("tests/tests");
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("tests/tests is readable") {
+        let name = entry.expect("a directory entry").file_name();
+        let name = name.to_string_lossy();
+        let module = name.strip_suffix(".rs").unwrap_or(&name);
+        if module != "e2e" && !this.contains(&format!("\nmod {module};\n")) {
+            missing.push(name.to_string());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not declared as modules in tests/tests/e2e.rs (never compiled or run): {missing:?}"
+    );
+}
