@@ -65,3 +65,43 @@ fn every_test_file_is_a_module_of_this_binary() {
         "not declared as modules in tests/tests/e2e.rs (never compiled or run): {missing:?}"
     );
 }
+
+/// The binaries built without a test harness (`test = false` in their Cargo.toml, so that CI
+/// builds no empty test binary of them) hold no tests: one added there would never run.
+#[test]
+fn binaries_without_a_test_build_hold_no_tests() {
+    let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["metadata", "--no-deps", "--format-version", "1", "--offline"])
+        .current_dir(rcp_e2e::paths::workspace_root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(out.status.success(), "cargo metadata: {out:?}");
+    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo metadata's JSON");
+    let mut without_test_build = 0;
+    let mut holding_tests = Vec::new();
+    for target in metadata["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .flat_map(|p| p["targets"].as_array().expect("targets"))
+        .filter(|t| t["test"] == false)
+    {
+        without_test_build += 1;
+        let path = target["src_path"].as_str().expect("src_path");
+        let source = std::fs::read_to_string(path).expect("the target's source is readable");
+        if ["#[test]", "#[tokio::test]", "#[cfg(test)]"]
+            .iter()
+            .any(|attr| source.contains(attr))
+        {
+            holding_tests.push(path.to_string());
+        }
+    }
+    assert!(
+        without_test_build > 0,
+        "no target has test = false: this check checks nothing"
+    );
+    assert!(
+        holding_tests.is_empty(),
+        "tests in targets built with test = false (they would never run): {holding_tests:?}"
+    );
+}

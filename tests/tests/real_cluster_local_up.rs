@@ -37,6 +37,9 @@ fn local_up(args: &[&str]) -> Result<String> {
     Ok(out)
 }
 
+/// The line of `kubectl get pods` of a Ready CCM Pod.
+const READY_CCM_POD: &str = r"cloud-controller-manager-[a-z0-9]+ +1/1 +Running";
+
 /// Fails with the whole output unless `pattern` matches a line of it.
 fn printed(out: &str, pattern: &str, what: &str) -> Result<()> {
     let re = Regex::new(pattern)?;
@@ -60,11 +63,7 @@ fn the_main_job_on_aws_prints_initialised_nodes_an_elb_and_a_ready_ccm_pod() -> 
         r"hello +LoadBalancer .*\.elb\.amazonaws\.com",
         "load balancer for default/hello",
     )?;
-    printed(
-        &out,
-        r"cloud-controller-manager-[a-z0-9]+ +1/1 +Running",
-        "Ready CCM Pod",
-    )
+    printed(&out, READY_CCM_POD, "Ready CCM Pod")
 }
 
 #[test]
@@ -80,9 +79,5 @@ fn the_main_job_on_openstack_prints_initialised_nodes_a_floating_ip_and_a_ready_
         r"hello +LoadBalancer .*172\.24\.77\.",
         "floating IP for default/hello",
     )?;
-    printed(
-        &out,
-        r"cloud-controller-manager-[a-z0-9]+ +1/1 +Running",
-        "Ready CCM Pod",
-    )
+    printed(&out, READY_CCM_POD, "Ready CCM Pod")
 }
