@@ -40,7 +40,12 @@ async fn a_users_own_floating_ip_in_load_balancer_ip_is_used_and_survives_the_se
     // An address the project does not hold: the CCM asks neutron for a floating IP of that
     // address, which neutron's default policy allows admins only — a Warning names the address
     // and neutron's refusal, and the Service gets no address (nothing else is made instead).
-    let wanted = "172.24.4.200";
+    // Neutron hands floating IPs out at random from the pool, so the user's own one may be
+    // .200 itself (the project would hold it and the CCM rightly use it): take another then.
+    let wanted = ["172.24.4.200", "172.24.4.201"]
+        .into_iter()
+        .find(|candidate| *candidate != address)
+        .expect("two candidates, one address");
     env.service("made", Some(wanted)).await?;
     wait_for_event(&env.client, "default", "made", T, |_, message| {
         message.contains(&format!(

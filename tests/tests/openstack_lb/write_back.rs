@@ -117,7 +117,10 @@ async fn the_load_balancer_id_and_address_are_written_back_and_stale_ones_replac
         let s = env.services.get("migrated").await.ok()?;
         let id = annotation(&s, ID)?;
         let address = annotation(&s, ADDRESS)?;
-        (id != gone && address != "172.24.4.250").then_some(())
+        // The new address may be .250 again by chance (neutron picks at random): it must be
+        // the Service's own ingress address, whatever it is.
+        let ingress = rcp_e2e::k8s::ingress_ip(&s)?;
+        (id != gone && address == ingress).then_some(())
     })
     .await
     .inspect_err(|_| eprintln!("{}", env.ccm.log()))?;
