@@ -93,9 +93,6 @@ hack/publish-roundtrip.sh --skip-semver --until-sample
 # (The staged crates' documentation is built with -D warnings by the round trip above, as
 # docs.rs builds it from the published crates.)
 
-phase "doc tests of the staged crates"
-cargo test --doc --locked --quiet -p k8s-cloud-provider -p k8s-controller-manager -p vsphere-api
-
 phase "wait for the Kubernetes and upstream AWS CCM builds"
 await_background GO_BUILDS_PID "$GO_BUILDS_LOG" "building Kubernetes or the upstream AWS CCM failed"
 cat "$GO_BUILDS_LOG"
@@ -118,6 +115,11 @@ phase "build the tests (cargo nextest run --no-run)"
 # twofold on 2 cores (cold CI at f875d63: 11 min 45 s beside the oldest minor's Go build, 5 min
 # 44 s without it at baee644); what runs then is mostly waiting on servers.
 cargo nextest run --workspace --locked --profile ci --no-run "${NEXTEST_ARGS[@]}"
+
+phase "doc tests (cargo test --doc --workspace)"
+# After the test build, whose libraries (the workspace's feature set) they link: only the
+# examples themselves are compiled here (a separate feature set per package cost ~40 s cold).
+cargo test --doc --workspace --locked --quiet
 
 phase "cargo nextest run --workspace (the checks that need no test server beside it)"
 # Beside the tests, on CPU they leave idle (SCHED_IDLE: the tests' processes always come

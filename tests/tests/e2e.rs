@@ -105,3 +105,53 @@ fn binaries_without_a_test_build_hold_no_tests() {
         "tests in targets built with test = false (they would never run): {holding_tests:?}"
     );
 }
+
+/// No crate of the workspace asks for a feature of tokio the shipped binaries do not have, for
+/// its tests either: with one (`test-util` did so), the workspace's test build has its own tokio
+/// and rebuilds everything above it (kube, hyper, the AWS SDK, our crates) beside the binaries
+/// the tests run, which were built with the shipped features (~50 units, the AWS SDK twice). A
+/// test that needs a clock takes it as an argument instead (`TokenBucket::reserve_at`).
+#[test]
+fn no_test_asks_tokio_for_features_the_shipped_binaries_lack() {
+    let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["metadata", "--no-deps", "--format-version", "1", "--offline"])
+        .current_dir(rcp_e2e::paths::workspace_root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(out.status.success(), "cargo metadata: {out:?}");
+    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo metadata's JSON");
+    let mut dev_only = Vec::new();
+    let mut shipped = std::collections::BTreeSet::new();
+    let mut tokio_dependencies = 0;
+    for package in metadata["packages"].as_array().expect("packages") {
+        for dependency in package["dependencies"].as_array().expect("dependencies") {
+            if dependency["name"] != "tokio" {
+                continue;
+            }
+            tokio_dependencies += 1;
+            let features = dependency["features"]
+                .as_array()
+                .expect("features")
+                .iter()
+                .map(|f| f.as_str().expect("a feature").to_string());
+            if dependency["kind"] == "dev" {
+                dev_only
+                    .extend(features.map(|f| (package["name"].as_str().unwrap_or_default().to_string(), f)));
+            } else {
+                shipped.extend(features);
+            }
+        }
+    }
+    assert!(
+        tokio_dependencies > 0,
+        "no crate depends on tokio: this check checks nothing"
+    );
+    let extra: Vec<_> = dev_only
+        .into_iter()
+        .filter(|(_, f)| !shipped.contains(f))
+        .collect();
+    assert!(
+        extra.is_empty(),
+        "dev-dependencies ask tokio for features no shipped crate asks for (crate, feature): {extra:?}"
+    );
+}

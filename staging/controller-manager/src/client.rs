@@ -83,21 +83,31 @@ pub struct TokenBucket {
 impl TokenBucket {
     /// A bucket that starts full. `qps <= 0` disables limiting.
     pub fn new(qps: f32, burst: u32) -> Arc<Self> {
+        Self::full_at(qps, burst, Instant::now())
+    }
+
+    /// A full bucket as of `start` (tests give the clock explicitly: the shipped binaries'
+    /// tokio has no paused time, and the tests build the same tokio so as to share its build).
+    fn full_at(qps: f32, burst: u32, start: Instant) -> Arc<Self> {
         let burst = f64::from(burst.max(1));
         Arc::new(Self {
             qps: f64::from(qps),
             burst,
-            state: Mutex::new((burst, Instant::now())),
+            state: Mutex::new((burst, start)),
         })
     }
 
     /// Takes a token, returning how long the caller must wait before using it.
     pub fn reserve(&self) -> Duration {
+        self.reserve_at(Instant::now())
+    }
+
+    /// [`Self::reserve`] at `now`.
+    fn reserve_at(&self, now: Instant) -> Duration {
         if self.qps <= 0.0 {
             return Duration::ZERO;
         }
         let mut s = self.state.lock();
-        let now = Instant::now();
         let refill = now.duration_since(s.1).as_secs_f64() * self.qps;
         s.0 = (s.0 + refill).min(self.burst);
         s.1 = now;
@@ -439,27 +449,28 @@ mod tests {
         assert!(BearerToken::new("new\nline").is_err());
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn requests_but_watches_are_bounded() {
         // A server that never answers.
         let never = tower::service_fn(|_req: http::Request<()>| {
             std::future::pending::<Result<http::Response<()>, std::convert::Infallible>>()
         });
-        let mut svc = RequestTimeoutLayer::new(Duration::from_secs(60)).layer(never);
+        // Real time (the shipped tokio has no paused clock): a bound of 50 ms.
+        let mut svc = RequestTimeoutLayer::new(Duration::from_millis(50)).layer(never);
         let get = http::Request::get("/api/v1/nodes/a?resourceVersion=0")
             .body(())
             .unwrap();
         let e = svc.call(get).await.unwrap_err();
         assert_eq!(
             e.to_string(),
-            "the API server did not answer GET /api/v1/nodes/a within 60s"
+            "the API server did not answer GET /api/v1/nodes/a within 50ms"
         );
         let watch = http::Request::get("/api/v1/nodes?watch=true&timeoutSeconds=290")
             .body(())
             .unwrap();
         let pending = svc.call(watch);
         assert!(
-            tokio::time::timeout(Duration::from_secs(600), pending)
+            tokio::time::timeout(Duration::from_millis(500), pending)
                 .await
                 .is_err(),
             "a watch is not bounded"
@@ -474,18 +485,25 @@ mod tests {
         ));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn bucket_allows_burst_then_qps() {
-        let b = TokenBucket::new(10.0, 3);
-        assert_eq!(b.reserve(), Duration::ZERO);
-        assert_eq!(b.reserve(), Duration::ZERO);
-        assert_eq!(b.reserve(), Duration::ZERO);
-        let w = b.reserve();
+    #[test]
+    fn bucket_allows_burst_then_qps() {
+        let start = Instant::now();
+        let b = TokenBucket::full_at(10.0, 3, start);
+        assert_eq!(b.reserve_at(start), Duration::ZERO);
+        assert_eq!(b.reserve_at(start), Duration::ZERO);
+        assert_eq!(b.reserve_at(start), Duration::ZERO);
+        let w = b.reserve_at(start);
         assert!((w.as_secs_f64() - 0.1).abs() < 1e-6, "{w:?}");
-        let w = b.reserve();
+        let w = b.reserve_at(start);
         assert!((w.as_secs_f64() - 0.2).abs() < 1e-6, "{w:?}");
-        tokio::time::advance(Duration::from_secs(10)).await;
-        assert_eq!(b.reserve(), Duration::ZERO, "refilled (capped at burst)");
+        // Half a token back after 50 ms: still 0.25 s to wait for the next.
+        let w = b.reserve_at(start + Duration::from_millis(50));
+        assert!((w.as_secs_f64() - 0.25).abs() < 1e-6, "{w:?}");
+        let later = start + Duration::from_secs(10);
+        assert_eq!(b.reserve_at(later), Duration::ZERO, "refilled (capped at burst)");
+        assert_eq!(b.reserve_at(later), Duration::ZERO);
+        assert_eq!(b.reserve_at(later), Duration::ZERO);
+        assert!(b.reserve_at(later) > Duration::ZERO, "capped at a burst of 3");
         assert_eq!(TokenBucket::new(0.0, 1).reserve(), Duration::ZERO);
     }
 }

@@ -187,9 +187,14 @@ impl ConnectionTable {
     /// connections than `peer`'s would, or when `peer`'s client holds none. `None` when no connection can be closed (every one is
     /// answering a request or is too young): the new one is closed.
     pub(crate) fn admit(&self, peer: IpAddr, max: usize) -> Option<Slot> {
+        self.admit_at(peer, max, Instant::now())
+    }
+
+    /// [`Self::admit`] at `now` (tests give the clock explicitly: the shipped binaries' tokio
+    /// has no paused time, and the tests build the same tokio so as to share its build).
+    fn admit_at(&self, peer: IpAddr, max: usize, now: Instant) -> Option<Slot> {
         let mut entries = self.inner.lock();
         if entries.len() >= max.max(1) {
-            let now = Instant::now();
             let mut per_client: HashMap<IpAddr, usize> = HashMap::new();
             for e in entries.values() {
                 *per_client.entry(client_of(e.peer)).or_default() += 1;
@@ -222,7 +227,7 @@ impl ConnectionTable {
             id,
             Entry {
                 peer,
-                opened: Instant::now(),
+                opened: now,
                 activity: activity.clone(),
                 close: close.clone(),
             },
@@ -356,17 +361,18 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<S> {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn at_the_cap_the_busiest_clients_oldest_idle_connection_goes() {
+    #[test]
+    fn at_the_cap_the_busiest_clients_oldest_idle_connection_goes() {
         let table = ConnectionTable::default();
+        let start = Instant::now();
         let (flood, probe): (IpAddr, IpAddr) = ("127.0.0.2".parse().unwrap(), "127.0.0.1".parse().unwrap());
-        let flood_slots: Vec<Slot> = (0..4).map(|_| table.admit(flood, 4).unwrap()).collect();
+        let flood_slots: Vec<Slot> = (0..4).map(|_| table.admit_at(flood, 4, start).unwrap()).collect();
         // Too young to be closed for another connection of the same client: the newcomer is.
-        assert!(table.admit(flood, 4).is_none());
+        assert!(table.admit_at(flood, 4, start).is_none());
         assert!(flood_slots.iter().all(|s| !s.close.is_cancelled()));
-        tokio::time::advance(Duration::from_millis(100)).await;
+        let now = start + Duration::from_millis(100);
         let busy = flood_slots[0].activity.request();
-        let probe_slot = table.admit(probe, 4).unwrap();
+        let probe_slot = table.admit_at(probe, 4, now).unwrap();
         assert_eq!(table.len(), 4);
         // Young, but of a busier client: the flood's oldest idle connection went for the probe
         // (its oldest of all is answering a request).
@@ -379,7 +385,7 @@ mod tests {
             .iter()
             .map(|s| s.activity.request())
             .collect();
-        assert!(table.admit(probe, 4).is_none());
+        assert!(table.admit_at(probe, 4, now).is_none());
         drop(guards);
         drop(flood_slots);
         assert_eq!(table.len(), 1);
@@ -387,25 +393,26 @@ mod tests {
 
     /// Many clients with one connection each (all tied): the globally oldest goes, whatever
     /// the order of the table; the probe's connection, busy with its request, is never taken.
-    #[tokio::test(start_paused = true)]
-    async fn ties_between_clients_take_the_globally_oldest_and_never_a_young_probe() {
+    #[test]
+    fn ties_between_clients_take_the_globally_oldest_and_never_a_young_probe() {
         let table = ConnectionTable::default();
         let max = 64;
         let mut slots = Vec::new();
+        let mut now = Instant::now();
         for i in 0..max - 1 {
             let peer: IpAddr = format!("127.0.{}.{}", i / 200, 1 + i % 200).parse().unwrap();
-            slots.push(table.admit(peer, max).unwrap());
-            tokio::time::advance(Duration::from_millis(10)).await;
+            slots.push(table.admit_at(peer, max, now).unwrap());
+            now += Duration::from_millis(10);
         }
-        tokio::time::advance(MIN_AGE_TO_CLOSE).await;
-        let probe = table.admit("10.0.0.1".parse().unwrap(), max).unwrap();
+        now += MIN_AGE_TO_CLOSE;
+        let probe = table.admit_at("10.0.0.1".parse().unwrap(), max, now).unwrap();
         let _request = probe.activity.request();
         let mut newcomers = Vec::new();
         for n in 0..max - 1 {
             let newcomer: IpAddr = format!("127.1.{}.{}", n / 200, 1 + n % 200).parse().unwrap();
             newcomers.push(
                 table
-                    .admit(newcomer, max)
+                    .admit_at(newcomer, max, now)
                     .expect("an old idle connection makes room"),
             );
             assert!(!probe.close.is_cancelled(), "the probe survives newcomer {n}");
@@ -418,9 +425,9 @@ mod tests {
         // Only young connections are left (the probe's, busy, and the newcomers'): a second
         // connection of a client that has one is closed instead; a client's first connection
         // takes the oldest young idle one (never the busy probe).
-        assert!(table.admit("127.1.0.1".parse().unwrap(), max).is_none());
+        assert!(table.admit_at("127.1.0.1".parse().unwrap(), max, now).is_none());
         assert!(newcomers.iter().all(|s| !s.close.is_cancelled()));
-        let _first = table.admit("127.2.0.1".parse().unwrap(), max).unwrap();
+        let _first = table.admit_at("127.2.0.1".parse().unwrap(), max, now).unwrap();
         assert!(newcomers[0].close.is_cancelled() && !probe.close.is_cancelled());
         drop(_request);
     }
