@@ -28,6 +28,7 @@
 #   RCP_CACHE_DIR   override the cache directory
 #   RCP_SKIP        space-separated steps to skip (apt kubernetes kubernetes-oldest aws-ccm helm moto vcsim docker-registry msrv
 #                   cargo-deny cargo-nextest cargo-http-registry cargo-semver-checks openstack)
+#   RCP_ONLY        space-separated steps to do, the others skipped (e.g. RCP_ONLY=cargo-semver-checks)
 set -euo pipefail
 
 PROJECT=rust-cloud-provider
@@ -55,7 +56,9 @@ mkdir -p "$BIN" "$LOGS"
 
 START=$(date +%s)
 step() { printf '[install-test-deps] %-16s %s\n' "$1" "$2"; }
-skipped() { [[ " ${RCP_SKIP:-} " == *" $1 "* ]]; }
+skipped() {
+  [[ -n "${RCP_ONLY:-}" && " $RCP_ONLY " != *" $1 "* ]] || [[ " ${RCP_SKIP:-} " == *" $1 "* ]]
+}
 # run_logged STEP LOGFILE CMD...: runs a command with its output in a log; on failure prints
 # the step, the exit code and the log's tail, then exits.
 run_logged() {

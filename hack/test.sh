@@ -123,11 +123,11 @@ cargo test --doc --workspace --locked --quiet
 
 phase "cargo nextest run --workspace (the checks that need no test server beside it)"
 # Beside the tests, on CPU they leave idle (SCHED_IDLE: the tests' processes always come
-# first; on 2 cores they leave ~1/5 of it): the oldest minor's Kubernetes build and
-# cargo-semver-checks' (hack/install-test-deps.sh), the API check against the last release
-# (hack/semver-checks.sh) and the packaging checks (hack/publish-roundtrip.sh --packaging-only:
-# each published crate checked alone and documented with the declared rust-version, the lowest
-# versions the manifests allow). In a target directory of their own: the tests' `cargo build`
+# first; on 2 cores they leave ~1/5 of it): the oldest minor's Kubernetes build
+# (hack/install-test-deps.sh), the API check against the last release (hack/semver-checks.sh,
+# which builds cargo-semver-checks when it has something to compare) and the packaging checks
+# (hack/publish-roundtrip.sh --packaging-only: each published crate checked alone and documented
+# with the declared rust-version, the lowest versions the manifests allow). In a target directory of their own: the tests' `cargo build`
 # would otherwise wait for their builds' lock. The oldest minor's build comes first and leaves
 # OLDEST_READY: its scenarios run after the tests while the checks may still go on.
 BESIDE_TESTS_LOG="$CACHE/logs/beside-tests.log"
@@ -142,7 +142,6 @@ setsid "${idle_priority[@]}" bash -c '
   set -e
   RCP_SKIP="${RCP_SKIP:-} apt msrv cargo-semver-checks '"$GO_STEPS $OTHER_STEPS"'" hack/install-test-deps.sh
   touch "$OLDEST_READY"
-  RCP_SKIP="${RCP_SKIP:-} apt msrv kubernetes-oldest '"$GO_STEPS $OTHER_STEPS"'" hack/install-test-deps.sh
   export CARGO_TARGET_DIR="$BESIDE_TESTS_TARGET"
   echo "[beside-tests] API check against the last release (hack/semver-checks.sh)"
   hack/semver-checks.sh
