@@ -66,17 +66,22 @@ fn every_test_file_is_a_module_of_this_binary() {
     );
 }
 
-/// The binaries built without a test harness (`test = false` in their Cargo.toml, so that CI
-/// builds no empty test binary of them) hold no tests: one added there would never run.
-#[test]
-fn binaries_without_a_test_build_hold_no_tests() {
+/// `cargo metadata --no-deps` of the workspace, as JSON.
+fn workspace_metadata() -> serde_json::Value {
     let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["metadata", "--no-deps", "--format-version", "1", "--offline"])
         .current_dir(rcp_e2e::paths::workspace_root())
         .output()
         .expect("cargo metadata runs");
     assert!(out.status.success(), "cargo metadata: {out:?}");
-    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo metadata's JSON");
+    serde_json::from_slice(&out.stdout).expect("cargo metadata's JSON")
+}
+
+/// The binaries built without a test harness (`test = false` in their Cargo.toml, so that CI
+/// builds no empty test binary of them) hold no tests: one added there would never run.
+#[test]
+fn binaries_without_a_test_build_hold_no_tests() {
+    let metadata = workspace_metadata();
     let mut without_test_build = 0;
     let mut holding_tests = Vec::new();
     for target in metadata["packages"]
@@ -113,13 +118,7 @@ fn binaries_without_a_test_build_hold_no_tests() {
 /// test that needs a clock takes it as an argument instead (`TokenBucket::reserve_at`).
 #[test]
 fn no_test_asks_tokio_for_features_the_shipped_binaries_lack() {
-    let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["metadata", "--no-deps", "--format-version", "1", "--offline"])
-        .current_dir(rcp_e2e::paths::workspace_root())
-        .output()
-        .expect("cargo metadata runs");
-    assert!(out.status.success(), "cargo metadata: {out:?}");
-    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo metadata's JSON");
+    let metadata = workspace_metadata();
     let mut dev_only = Vec::new();
     let mut shipped = std::collections::BTreeSet::new();
     let mut tokio_dependencies = 0;
