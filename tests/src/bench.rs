@@ -196,13 +196,22 @@ mod tests {
 
     #[test]
     fn the_cpu_time_of_this_process_grows_when_it_computes() {
+        // Computes until 0.05 s of CPU are counted, for at most 20 s of wall time: on a loaded
+        // machine (CI's 2 cores) 200 ms of wall time gave this process only 0.03 s of CPU.
         let before = cpu_seconds(std::process::id()).expect("own /proc/<pid>/stat");
         let start = std::time::Instant::now();
         let mut x = 0u64;
-        while start.elapsed() < std::time::Duration::from_millis(200) {
-            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        let mut after = before;
+        while after - before < 0.05 && start.elapsed() < std::time::Duration::from_secs(20) {
+            for _ in 0..1_000_000 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+            after = cpu_seconds(std::process::id()).expect("own /proc/<pid>/stat");
         }
-        let after = cpu_seconds(std::process::id()).expect("own /proc/<pid>/stat");
-        assert!(after - before >= 0.05, "{before} → {after}");
+        assert!(
+            after - before >= 0.05,
+            "{before} → {after} after {:?} of computing",
+            start.elapsed()
+        );
     }
 }
